@@ -1,0 +1,140 @@
+"""Settings: every environment variable is read here, once, with a typed helper.
+
+Defaults are safe for development (SQLite, a broker that needs no server); production
+sets DATABASE_URL, CELERY_BROKER_URL and DJANGO_SECRET_KEY (required when DEBUG is off).
+"""
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(environ.Env().str("TEMPO_DATA_DIR", default=str(BASE_DIR / "var")))
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+EMBEDDED = env.bool("TEMPO_EMBEDDED", default=False)
+if DEBUG or EMBEDDED:
+    SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="insecure-development-only-key")
+else:
+    SECRET_KEY = env.str("DJANGO_SECRET_KEY")  # no default: fail fast in production
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_celery_beat",
+    "tasksapp",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "schedapp.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+WSGI_APPLICATION = "schedapp.wsgi.application"
+
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'tempo.sqlite3'}")
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL + immediate transactions: several local processes write without "database is locked".
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "staticfiles"
+LOGIN_URL = "/login/"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("TEMPO_LOG_LEVEL", default="INFO")},
+}
+
+# --- Celery -------------------------------------------------------------------------
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+if CELERY_BROKER_URL == "filesystem://":
+    _broker_dir = DATA_DIR / "broker"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir),
+        "data_folder_out": str(_broker_dir),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+        "polling_interval": 0.05,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_SEND_TASK_EVENTS = True
+CELERY_TASK_SEND_SENT_EVENT = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = TIME_ZONE
+
+# --- The scheduler ------------------------------------------------------------------
+TEMPO = {
+    # How far ahead one poll looks, and how often a dispatcher polls at the latest.
+    "LOOKAHEAD_SECONDS": env.float("TEMPO_LOOKAHEAD_SECONDS", default=300.0),
+    "POLL_INTERVAL_SECONDS": env.float("TEMPO_POLL_INTERVAL_SECONDS", default=240.0),
+    # Without LISTEN/NOTIFY (SQLite) new work is found by this short poll instead.
+    "FALLBACK_POLL_SECONDS": env.float("TEMPO_FALLBACK_POLL_SECONDS", default=0.5),
+    "POLL_LIMIT": env.int("TEMPO_POLL_LIMIT", default=50_000),
+    "PARTITIONS": env.int("TEMPO_PARTITIONS", default=16),
+    "COORDINATION_SECONDS": env.float("TEMPO_COORDINATION_SECONDS", default=2.0),
+    # A claimed job must be started by a worker within this time, or it is returned.
+    "CLAIM_TTL_SECONDS": env.float("TEMPO_CLAIM_TTL_SECONDS", default=10.0),
+    # A running job's lease; the worker renews it every third of it.
+    "RUN_LEASE_SECONDS": env.float("TEMPO_RUN_LEASE_SECONDS", default=6.0),
+    # Most job ids in one broker message, and how many messages a due batch is split into.
+    "MAX_BATCH": env.int("TEMPO_MAX_BATCH", default=250),
+    "FANOUT": env.int("TEMPO_FANOUT", default=32),
+    "QUEUE": env.str("TEMPO_QUEUE", default="tempo"),
+}
+
+# Long-running processes (dispatcher, workers) keep their connection between turns.
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=600)

@@ -1,0 +1,276 @@
+"""The dispatcher: poll ahead, hold due jobs in a timing wheel, claim them at run time in
+one statement, publish the claimed ids to Celery.
+
+`step()` is one turn of the loop; `run()` repeats it until SIGTERM/SIGINT. Tests drive
+`step()` directly, production runs `run()` (`manage.py dispatcher`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, connection
+from django.db.models import F
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from tasksapp import sql
+from tasksapp.dispatcher.coordination import LocalCoordinator, PostgresCoordinator
+from tasksapp.dispatcher.wheel import TimingWheel
+from tasksapp.models import Dispatcher, DispatcherCounter
+from tasksapp.services.transitions import Claim, job_claim_due, job_poll_due, job_reap_expired
+
+log = logging.getLogger(__name__)
+
+Publisher = Callable[[list[list[int]]], None]
+COUNTER_FIELDS = ("polls", "rows_fetched", "claims", "claims_lost", "single_reads", "reaped",
+                  "messages", "notifications", "statements")
+HEARTBEAT_SECONDS = 10.0
+MAX_WAIT_SECONDS = 0.5  # wake up at least this often to notice signals
+
+
+def celery_publisher() -> Publisher:
+    from schedapp.celery import app
+    from tasksapp.tasks import RUN_JOBS
+
+    queue = settings.TEMPO["QUEUE"]
+
+    def publish(chunks: list[list[int]]) -> None:
+        with app.producer_or_acquire() as producer:
+            for chunk in chunks:
+                app.send_task(RUN_JOBS, args=[chunk], queue=queue, producer=producer)
+
+    return publish
+
+
+def split_batches(claims: Sequence[Claim], *, fanout: int, max_batch: int) -> list[list[list[int]]]:
+    """Few claims: one message each, so workers run them in parallel. Many: up to
+    `max_batch` per message, so the broker is not the bottleneck."""
+    if not claims:
+        return []
+    size = max(1, min(max_batch, math.ceil(len(claims) / fanout)))
+    rows = [[c.id, c.token, c.run_at_ms] for c in sorted(claims, key=lambda c: c.run_at_ms)]
+    return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+
+class DispatcherLoop:
+    def __init__(self, *, name: str | None = None, publisher: Publisher | None = None) -> None:
+        cfg = settings.TEMPO
+        self.cfg = cfg
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.partitions = cfg["PARTITIONS"]
+        self.publisher = publisher or celery_publisher()
+        self.uses_notify = connection.vendor == "postgresql"
+        if self.uses_notify and cfg["LOOKAHEAD_SECONDS"] > sql.NOTIFY_WINDOW_SECONDS:
+            raise ValueError("TEMPO_LOOKAHEAD_SECONDS must not exceed the notify window "
+                             f"({sql.NOTIFY_WINDOW_SECONDS} s)")
+        self.wheel = TimingWheel(start_ms=int(time.time() * 1000))
+        self.counters: Counter[str] = Counter()
+        self.stopping = False
+        self.coordinator: PostgresCoordinator | LocalCoordinator | None = None
+        self.record: Dispatcher | None = None
+        self._reset_schedule()
+
+    def _reset_schedule(self) -> None:
+        self.horizon_ms = -math.inf  # every pending owned job due before this is held
+        self.cursor: tuple[int, int] | None = None  # keyset of a paged poll
+        self.next_poll = 0.0
+        self.next_coordination = 0.0
+        self.next_heartbeat = 0.0
+        self.next_reap: float | None = 0.0
+
+    # -- life cycle -------------------------------------------------------------------
+    def start(self) -> None:
+        self.record, _ = Dispatcher.objects.update_or_create(
+            name=self.name,
+            defaults={"hostname": socket.gethostname(), "pid": os.getpid(),
+                      "started_at": timezone.now(), "stopped_at": None, "partitions": []},
+        )
+        kind = PostgresCoordinator if self.uses_notify else LocalCoordinator
+        self.coordinator = kind(partitions=self.partitions, instance_id=self.record.id)
+        self.coordinator.connect()
+        log.info("dispatcher %s started (%s partitions)", self.name, self.partitions)
+
+    def run(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        self.start()
+        while not self.stopping:
+            self.step()
+        self.stop()
+
+    def _on_signal(self, signum, frame) -> None:
+        log.info("dispatcher %s: signal %s, stopping", self.name, signum)
+        self.stopping = True
+
+    def stop(self) -> None:
+        """Hand back everything held: unclaimed timers are dropped (they stay `scheduled`
+        in the database), partition locks are released with the session."""
+        self.wheel = TimingWheel(start_ms=int(time.time() * 1000))
+        if self.coordinator is not None:
+            self.coordinator.close()
+        try:
+            self._flush_counters()
+            Dispatcher.objects.filter(name=self.name).update(stopped_at=Now(), partitions=[])
+        except DatabaseError:
+            log.exception("could not record the stop")
+        log.info("dispatcher %s stopped", self.name)
+
+    # -- one turn ---------------------------------------------------------------------
+    def now_ms(self) -> float:
+        offset = self.coordinator.offset_ms if self.coordinator else 0.0
+        return time.time() * 1000 + offset
+
+    def step(self, *, wait: bool = True) -> None:
+        try:
+            self._ensure_connected()
+            if self.now_ms() >= self.next_coordination:
+                self._coordinate()
+            if self.now_ms() >= self.next_poll:
+                self._poll()
+            self._dispatch_due()
+            if self.next_reap is not None and self.now_ms() >= self.next_reap:
+                self._reap()
+            if self.now_ms() >= self.next_heartbeat:
+                self._heartbeat()
+            if wait and not self.stopping:
+                self._wait()
+        except (DatabaseError, InterfaceError, OSError, _psycopg_error()) as exc:
+            self._recover(exc)
+
+    def _ensure_connected(self) -> None:
+        assert self.coordinator is not None
+        if not self.coordinator.connected:
+            self.coordinator.connect()
+            self._reset_schedule()
+
+    def _recover(self, exc: BaseException) -> None:
+        """Database trouble: drop the session (and with it our partitions), forget what we
+        hold, and start over on the next turn. Nothing is lost: it is all in the DB."""
+        log.warning("dispatcher %s: database error, reconnecting: %s", self.name, exc)
+        if self.coordinator is not None:
+            try:
+                self.coordinator.close()
+            except Exception:
+                log.debug("closing the coordination session failed", exc_info=True)
+        connection.close()
+        self.wheel = TimingWheel(start_ms=int(time.time() * 1000))
+        time.sleep(1.0)
+
+    def _coordinate(self) -> None:
+        assert self.coordinator is not None
+        change = self.coordinator.rebalance()
+        if change.released:
+            released = set(change.released)
+            self.wheel.remove_where(lambda key: key % self.partitions in released)
+        if change.gained:
+            log.info("dispatcher %s: took partitions %s", self.name, change.gained)
+            self.horizon_ms, self.cursor, self.next_poll = -math.inf, None, 0.0
+            self.next_reap = 0.0  # orphans of a dead owner
+        self.next_coordination = self.now_ms() + self.cfg["COORDINATION_SECONDS"] * 1000
+
+    def _poll(self) -> None:
+        owned = self._owned()
+        if not owned:
+            self.next_poll = self.now_ms() + self.cfg["POLL_INTERVAL_SECONDS"] * 1000
+            return
+        limit = self.cfg["POLL_LIMIT"]
+        now = self.now_ms()
+        rows = job_poll_due(lookahead=self.cfg["LOOKAHEAD_SECONDS"], partitions=self.partitions,
+                            owned=owned, limit=limit, after=self.cursor)
+        self.counters.update(polls=1, statements=1, rows_fetched=len(rows))
+        for job_id, run_at_ms in rows:
+            self.wheel.add(job_id, run_at_ms)
+        if len(rows) >= limit:  # more to page through: continue right after the last row
+            self.cursor = (rows[-1][1], rows[-1][0])
+            self.horizon_ms = rows[-1][1]
+            self.next_poll = now if len(self.wheel) < 4 * limit else now + 1000
+            return
+        self.cursor = None
+        self.horizon_ms = now + self.cfg["LOOKAHEAD_SECONDS"] * 1000
+        interval = self.cfg["POLL_INTERVAL_SECONDS" if self.uses_notify else
+                            "FALLBACK_POLL_SECONDS"]
+        self.next_poll = now + interval * 1000
+
+    def _dispatch_due(self) -> None:
+        due = self.wheel.pop_due(int(self.now_ms()))
+        if not due:
+            return
+        claims = job_claim_due(ids=due, owner=self.name, ttl=self.cfg["CLAIM_TTL_SECONDS"])
+        self.counters.update(statements=1, claims=len(claims), claims_lost=len(due) - len(claims))
+        batches = split_batches(claims, fanout=self.cfg["FANOUT"], max_batch=self.cfg["MAX_BATCH"])
+        self.publisher(batches)
+        self.counters.update(messages=len(batches))
+        if claims:
+            check_at = self.now_ms() + self.cfg["CLAIM_TTL_SECONDS"] * 1000 + 500
+            self.next_reap = min(self.next_reap or math.inf, check_at)
+
+    def _reap(self) -> None:
+        reaped, next_expiry_ms = job_reap_expired(partitions=self.partitions, owned=self._owned())
+        self.counters.update(statements=1, reaped=reaped)
+        if reaped:
+            log.info("dispatcher %s: returned %s jobs with expired leases", self.name, reaped)
+        self.next_reap = None if next_expiry_ms is None else next_expiry_ms + 200
+
+    def _heartbeat(self) -> None:
+        offset = self.coordinator.offset_ms if self.coordinator else 0.0
+        Dispatcher.objects.filter(name=self.name).update(
+            heartbeat_at=Now(), partitions=sorted(self._owned()), clock_offset_ms=offset
+        )
+        self._flush_counters()
+        self.next_heartbeat = self.now_ms() + HEARTBEAT_SECONDS * 1000
+
+    def _flush_counters(self) -> None:
+        counts = {k: v for k, v in self.counters.items() if v}
+        if not counts:
+            return
+        minute = timezone.now().replace(second=0, microsecond=0)
+        row = DispatcherCounter.objects.filter(dispatcher=self.name, minute=minute)
+        if not row.update(**{k: F(k) + v for k, v in counts.items()}):
+            DispatcherCounter.objects.create(dispatcher=self.name, minute=minute, **counts)
+        self.counters.clear()
+
+    def _wait(self) -> None:
+        assert self.coordinator is not None
+        deadlines = [self.next_coordination, self.next_poll, self.next_heartbeat]
+        if self.next_reap is not None:
+            deadlines.append(self.next_reap)
+        wheel_next = self.wheel.next_expiration()
+        if wheel_next is not None:
+            deadlines.append(wheel_next)
+        timeout = min(MAX_WAIT_SECONDS, (min(deadlines) - self.now_ms()) / 1000)
+        if timeout <= 0:
+            return
+        for payload in self.coordinator.wait(timeout):
+            self._on_notification(payload)
+
+    def _on_notification(self, payload: str) -> None:
+        self.counters.update(notifications=1)
+        head, _, tail = payload.partition(":")
+        job_id = int(head)
+        if job_id % self.partitions not in self._owned_set():
+            return
+        if tail == "x":
+            self.wheel.remove(job_id)
+        elif int(tail) < self.horizon_ms:
+            self.wheel.add(job_id, int(tail))
+
+    def _owned_set(self) -> set[int]:
+        return self.coordinator.owned if self.coordinator else set()
+
+    def _owned(self) -> list[int]:
+        return sorted(self._owned_set())
+
+
+def _psycopg_error() -> type[Exception]:
+    import psycopg
+
+    return psycopg.Error

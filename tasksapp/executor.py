@@ -1,0 +1,227 @@
+"""The worker side: start a batch of claimed jobs, run their handlers, finish them.
+
+Delivery modes:
+- transactional: the handler runs inside the transaction that marks the job succeeded;
+  if the fenced success update finds the lease lost, everything rolls back.
+- at_least_once / at_most_once: the handler runs outside a transaction; successes are
+  recorded in one batched statement at the end of the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from tasksapp import retry
+from tasksapp.handlers import HandlerError, JobContext, resolve_handler
+from tasksapp.models import Delivery, WorkerProcess
+from tasksapp.services.transitions import StartedJob, job_fail, job_renew, job_start, job_succeed
+
+log = logging.getLogger(__name__)
+
+ERR_RESULT_JSON = "handler returned a result that is not JSON-serialisable: {reason}"
+ERR_TIME_LIMIT = "time limit of {limit:g} s exceeded ({elapsed:.1f} s)"
+
+
+class LeaseLost(Exception):
+    """The job's fencing token no longer matches: another process owns it now."""
+
+
+class TimeLimitExceeded(Exception):
+    pass
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class DatabaseClock:
+    """This process's view of the database clock (ms), re-measured every minute."""
+
+    def __init__(self) -> None:
+        self._offset_ms = 0.0
+        self._measured_at = -1e9
+        self._lock = threading.Lock()
+
+    def now_ms(self) -> float:
+        if connection.vendor == "postgresql" and time.monotonic() - self._measured_at > 60:
+            self._measure()
+        return time.time() * 1000 + self._offset_ms
+
+    def _measure(self) -> None:
+        with self._lock, connection.cursor() as cursor:
+            before = time.time() * 1000
+            cursor.execute("SELECT extract(epoch FROM clock_timestamp()) * 1000")
+            db_ms = float(cursor.fetchone()[0])
+            after = time.time() * 1000
+            self._offset_ms = db_ms - (before + after) / 2
+            self._measured_at = time.monotonic()
+
+
+class LeaseKeeper:
+    """One per process: renews the leases of running jobs and writes a heartbeat."""
+
+    def __init__(self) -> None:
+        self.ttl = settings.TEMPO["RUN_LEASE_SECONDS"]
+        self.name = worker_name()
+        self._held: dict[int, tuple[int, float | None]] = {}  # id -> (token, deadline)
+        self._lock = threading.Lock()
+        self._counts = {"succeeded": 0, "failed": 0}
+        self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
+        self._thread.start()
+
+    def hold(self, job: StartedJob) -> None:
+        deadline = time.monotonic() + job.time_limit if job.time_limit else None
+        with self._lock:
+            self._held[job.id] = (job.token, deadline)
+
+    def release(self, job_id: int, *, succeeded: bool) -> None:
+        with self._lock:
+            self._held.pop(job_id, None)
+            self._counts["succeeded" if succeeded else "failed"] += 1
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(self.ttl / 3)
+            try:
+                self._renew_and_beat()
+            except Exception:  # database down: keep trying; leases may expire meanwhile
+                log.exception("lease renewal failed")
+                close_old_connections()
+                connection.close()
+
+    def _renew_and_beat(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            # Past its time limit a job's lease is left to expire: the reaper takes it.
+            leases = [(i, t) for i, (t, d) in self._held.items() if d is None or d > now]
+            running, counts = len(self._held), dict(self._counts)
+            self._counts = {"succeeded": 0, "failed": 0}
+        job_renew(leases=leases, ttl=self.ttl)
+        updated = WorkerProcess.objects.filter(name=self.name).update(
+            heartbeat_at=timezone.now(), running=running,
+            succeeded=F("succeeded") + counts["succeeded"], failed=F("failed") + counts["failed"],
+        )
+        if not updated:
+            WorkerProcess.objects.create(
+                name=self.name, hostname=socket.gethostname(), pid=os.getpid(),
+                running=running, succeeded=counts["succeeded"], failed=counts["failed"],
+            )
+
+
+_keeper: LeaseKeeper | None = None
+_keeper_lock = threading.Lock()
+clock = DatabaseClock()
+
+
+def lease_keeper() -> LeaseKeeper:
+    global _keeper
+    with _keeper_lock:
+        if _keeper is None or _keeper.name != worker_name():  # new process after fork
+            _keeper = LeaseKeeper()
+        return _keeper
+
+
+def execute_batch(claims: Sequence[Sequence[int]]) -> int:
+    """Run a batch of [job id, token, run_at ms] sent by a dispatcher; returns jobs started."""
+    keeper = lease_keeper()
+    pairs = [(int(c[0]), int(c[1])) for c in claims]
+    _wait_until(max(int(c[2]) for c in claims))
+    started = job_start(claims=pairs, worker=keeper.name, ttl=keeper.ttl)
+    if len(started) < len(pairs):
+        started += _start_stragglers(claims, {s.id for s in started}, keeper)
+    finished_ok: list[tuple[int, int, Any]] = []
+    for job in started:
+        keeper.hold(job)
+        status, outcome = _run_one(job)
+        if status == "pending":
+            finished_ok.append(outcome)
+        else:
+            keeper.release(job.id, succeeded=status == "succeeded")
+    done = job_succeed(outcomes=finished_ok)
+    for job_id, _, _ in finished_ok:
+        keeper.release(job_id, succeeded=job_id in done)
+    return len(started)
+
+
+def _wait_until(run_at_ms: int) -> None:
+    """Never start early: wait out the few ms a dispatcher may have claimed ahead."""
+    delay = (run_at_ms - clock.now_ms()) / 1000
+    if 0 < delay < 2:
+        time.sleep(delay)
+
+
+def _start_stragglers(claims, started_ids: set[int], keeper: LeaseKeeper) -> list[StartedJob]:
+    """Jobs refused only because our clock ran a little ahead of the database's."""
+    now = clock.now_ms()
+    early = [(int(c[0]), int(c[1])) for c in claims
+             if int(c[0]) not in started_ids and int(c[2]) > now - 50]
+    if not early:
+        return []
+    time.sleep(0.02)
+    return job_start(claims=early, worker=keeper.name, ttl=keeper.ttl)
+
+
+def _context(job: StartedJob) -> JobContext:
+    return JobContext(job_id=job.id, payload=job.payload, attempt=job.attempt,
+                      idempotency_key=job.idempotency_key, run_at=job.run_at,
+                      delivery=job.delivery, max_attempts=job.max_attempts)
+
+
+def _run_one(job: StartedJob) -> tuple[str, Any]:
+    """Run one job: ("succeeded"|"failed", None) when recorded, or ("pending", outcome)
+    for a success still to be recorded with the batch."""
+    try:
+        handler = resolve_handler(job.handler)
+        if job.delivery == Delivery.TRANSACTIONAL:
+            _run_transactional(job, handler)
+            return "succeeded", None
+        return "pending", (job.id, job.token, _call(job, handler))
+    except LeaseLost:
+        log.warning("job %s: lease lost while running; its outcome is discarded", job.id)
+    except TimeLimitExceeded as exc:
+        _record_failure(job, str(exc), kind="time_limit")
+    except HandlerError as exc:
+        _record_failure(job, str(exc), kind="handler")
+    except Exception as exc:  # the handler's own failure
+        _record_failure(job, f"{type(exc).__name__}: {exc}", kind="exception")
+    return "failed", None
+
+
+def _call(job: StartedJob, handler) -> Any:
+    began = time.monotonic()
+    result = handler(_context(job))
+    elapsed = time.monotonic() - began
+    if job.time_limit and elapsed > job.time_limit:
+        raise TimeLimitExceeded(ERR_TIME_LIMIT.format(limit=job.time_limit, elapsed=elapsed))
+    try:
+        return json.loads(json.dumps(result, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(ERR_RESULT_JSON.format(reason=exc)) from exc
+
+
+def _run_transactional(job: StartedJob, handler) -> None:
+    with transaction.atomic():
+        result = _call(job, handler)
+        if not job_succeed(outcomes=[(job.id, job.token, result)]):
+            raise LeaseLost(job.id)
+
+
+def _record_failure(job: StartedJob, error: str, *, kind: str) -> None:
+    decision = retry.decide(job.retry_policy or retry.DEFAULT_POLICY, attempt=job.attempt,
+                            max_attempts=job.max_attempts)
+    recorded = job_fail(job_id=job.id, token=job.token, error=error, kind=kind,
+                        retry_in=decision.delay if decision.retry else None)
+    if not recorded:
+        log.warning("job %s: failure not recorded, lease lost", job.id)

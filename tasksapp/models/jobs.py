@@ -1,0 +1,87 @@
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+
+class JobState(models.TextChoices):
+    SCHEDULED = "scheduled"  # waiting for its run time
+    CLAIMED = "claimed"  # a dispatcher took it and sent it to a worker
+    RUNNING = "running"  # a worker started its handler
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # an attempt failed; the next one is due at run_at
+    DEAD = "dead"  # out of attempts
+    CANCELLED = "cancelled"
+    LOST = "lost"  # at-most-once job whose worker died: an operator decides
+
+
+# States a dispatcher may claim; states whose lease the reaper watches.
+DUE_STATES = (JobState.SCHEDULED, JobState.FAILED)
+LEASED_STATES = (JobState.CLAIMED, JobState.RUNNING)
+FINAL_STATES = (JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED, JobState.LOST)
+
+
+class Delivery(models.TextChoices):
+    # Handler and success commit in one transaction: database effects happen exactly once.
+    TRANSACTIONAL = "transactional"
+    # Runs again after a lost worker, with the same idempotency key.
+    AT_LEAST_ONCE = "at_least_once"
+    # Never runs again by itself after a lost worker: the job becomes `lost`.
+    AT_MOST_ONCE = "at_most_once"
+
+
+def new_idempotency_key() -> str:
+    return uuid.uuid4().hex
+
+
+class Job(models.Model):
+    handler = models.CharField(max_length=200, help_text="Dotted path to a callable.")
+    payload = models.JSONField(default=dict, blank=True)
+    run_at = models.DateTimeField()
+    created_at = models.DateTimeField(db_default=Now())
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True, help_text="When the handler began.")
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    state = models.CharField(max_length=16, choices=JobState, default=JobState.SCHEDULED)
+    attempts = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=5)
+    retry_policy = models.JSONField(default=dict, blank=True)
+    delivery = models.CharField(max_length=16, choices=Delivery, default=Delivery.TRANSACTIONAL)
+    time_limit = models.FloatField(null=True, blank=True, help_text="Seconds per attempt.")
+    idempotency_key = models.CharField(max_length=200, unique=True, default=new_idempotency_key)
+
+    # Fencing token: increases at every claim; every later transition must match it.
+    lease_token = models.BigIntegerField(default=0)
+    claimed_by = models.CharField(max_length=200, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+
+    last_error = models.TextField(blank=True, default="")
+    errors = models.JSONField(default=list, blank=True, help_text="One entry per failed attempt.")
+    result = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # Serves the dispatcher's poll exactly: due work ordered by run time.
+            models.Index(
+                fields=["run_at"],
+                name="job_due_idx",
+                condition=Q(state__in=["scheduled", "failed"]),
+            ),
+            # Serves the reaper: leases of claimed and running jobs.
+            models.Index(
+                fields=["lease_expires_at"],
+                name="job_lease_idx",
+                condition=Q(state__in=["claimed", "running"]),
+            ),
+            models.Index(fields=["state", "run_at"], name="job_state_run_at_idx"),
+            models.Index(fields=["handler", "run_at"], name="job_handler_run_at_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(attempts__gte=0), name="job_attempts_gte_0"),
+            models.CheckConstraint(condition=Q(max_attempts__gte=1), name="job_max_attempts_gte_1"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Job {self.pk} {self.handler} ({self.state})"

@@ -1,0 +1,59 @@
+from django.db import models
+from django.db.models.functions import Now
+
+
+class Dispatcher(models.Model):
+    """One dispatcher process: heartbeat and the partitions it owns."""
+
+    name = models.CharField(max_length=200, unique=True)
+    hostname = models.CharField(max_length=200)
+    pid = models.IntegerField()
+    started_at = models.DateTimeField(db_default=Now())
+    heartbeat_at = models.DateTimeField(db_default=Now())
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    partitions = models.JSONField(default=list, blank=True)
+    clock_offset_ms = models.FloatField(default=0.0)
+
+    class Meta:
+        indexes = [models.Index(fields=["heartbeat_at"], name="dispatcher_heartbeat_idx")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class DispatcherCounter(models.Model):
+    """Per dispatcher and minute: what the seed's cost score counts, and more."""
+
+    dispatcher = models.CharField(max_length=200)
+    minute = models.DateTimeField()
+    polls = models.IntegerField(default=0)
+    rows_fetched = models.IntegerField(default=0)
+    claims = models.IntegerField(default=0)
+    claims_lost = models.IntegerField(default=0)
+    single_reads = models.IntegerField(default=0)
+    reaped = models.IntegerField(default=0)
+    messages = models.IntegerField(default=0)
+    notifications = models.IntegerField(default=0)
+    statements = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["dispatcher", "minute"], name="counter_unique_minute")
+        ]
+        indexes = [models.Index(fields=["minute"], name="counter_minute_idx")]
+
+
+class WorkerProcess(models.Model):
+    """One Celery worker process, as seen by its lease keeper."""
+
+    name = models.CharField(max_length=200, unique=True)
+    hostname = models.CharField(max_length=200)
+    pid = models.IntegerField()
+    started_at = models.DateTimeField(db_default=Now())
+    heartbeat_at = models.DateTimeField(db_default=Now())
+    running = models.IntegerField(default=0)
+    succeeded = models.BigIntegerField(default=0)
+    failed = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,302 @@
+"""The engine's state transitions. Each has exactly one owning function here.
+
+Every transition is one conditional UPDATE guarded on the current state and, once a job
+was claimed, on its fencing token: a process that lost its lease can never start,
+finish, fail or re-run the job. PostgreSQL runs the batch statements of `tasksapp.sql`
+with the database clock; other databases (the embedded SQLite mode) run the same guards
+through the ORM inside one transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from tasksapp import sql
+from tasksapp.models import Job, JobState
+from tasksapp.models.jobs import DUE_STATES
+
+LEASE_EXPIRED_ERROR = "worker lost: lease expired before the job finished"
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: int
+    token: int
+    run_at_ms: int
+
+
+@dataclass(frozen=True)
+class StartedJob:
+    id: int
+    token: int
+    handler: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    delivery: str
+    retry_policy: dict
+    idempotency_key: str
+    run_at: dt.datetime
+    time_limit: float | None
+
+
+def _is_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def _ms(value: dt.datetime) -> int:
+    return int(value.timestamp() * 1000)
+
+
+def _secs(seconds: float) -> dt.timedelta:
+    return dt.timedelta(seconds=seconds)
+
+
+def _partition_params(partitions: int, owned: Sequence[int]) -> dict[str, Any]:
+    return {
+        "partitions": partitions,
+        "owned": list(owned),
+        "all_partitions": len(set(owned)) >= partitions,
+    }
+
+
+def _in_partitions(partitions: int, owned: Sequence[int]) -> Q:
+    if len(set(owned)) >= partitions:
+        return Q()
+    from django.db.models.functions import Mod
+
+    return Q(pk__in=Job.objects.alias(p=Mod("id", partitions)).filter(p__in=owned).values("id"))
+
+
+# --- dispatcher side -------------------------------------------------------------------
+
+
+def job_poll_due(
+    *,
+    lookahead: float,
+    partitions: int,
+    owned: Sequence[int],
+    limit: int,
+    after: tuple[int, int] | None = None,
+) -> list[tuple[int, int]]:
+    """Pending jobs due before now + lookahead in the owned partitions, ordered by
+    (run_at, id) and starting after the keyset `after` = (run_at ms, id): (id, run_at ms)."""
+    after_ms, after_id = after if after else (None, None)
+    if _is_postgres():
+        params = {"lookahead": lookahead, "limit": limit, "after_ms": after_ms,
+                  "after_id": after_id, **_partition_params(partitions, owned)}
+        with connection.cursor() as cursor:
+            cursor.execute(sql.POLL_DUE, params)
+            return [(row[0], row[1]) for row in cursor.fetchall()]
+    horizon = timezone.now() + _secs(lookahead)
+    jobs = Job.objects.filter(_in_partitions(partitions, owned), state__in=DUE_STATES)
+    if after_ms is not None:
+        mark = dt.datetime.fromtimestamp(after_ms / 1000, tz=dt.UTC)
+        jobs = jobs.filter(Q(run_at__gt=mark) | Q(run_at=mark, id__gt=after_id))
+    rows = (
+        jobs.filter(run_at__lt=horizon)
+        .order_by("run_at", "id")
+        .values_list("id", "run_at")[:limit]
+    )
+    return [(job_id, _ms(run_at)) for job_id, run_at in rows]
+
+
+def job_claim_due(
+    *, ids: Sequence[int], owner: str, ttl: float, lead: float = 1.0
+) -> list[Claim]:
+    """scheduled|failed → claimed, in one statement. Returns the claims this caller won."""
+    if not ids:
+        return []
+    if _is_postgres():
+        params = {"ids": list(ids), "owner": owner, "ttl": ttl, "lead": lead}
+        with connection.cursor() as cursor:
+            cursor.execute(sql.CLAIM_DUE, params)
+            return [Claim(*row) for row in cursor.fetchall()]
+    with transaction.atomic():
+        now = timezone.now()
+        won = list(
+            Job.objects.filter(id__in=ids, state__in=DUE_STATES, run_at__lte=now + _secs(lead))
+            .values_list("id", "lease_token", "run_at")
+        )
+        Job.objects.filter(id__in=[row[0] for row in won], state__in=DUE_STATES).update(
+            state=JobState.CLAIMED,
+            lease_token=F("lease_token") + 1,
+            claimed_by=owner,
+            claimed_at=now,
+            lease_expires_at=now + _secs(ttl),
+        )
+    return [Claim(job_id, token + 1, _ms(run_at)) for job_id, token, run_at in won]
+
+
+def job_reap_expired(
+    *, partitions: int, owned: Sequence[int]
+) -> tuple[int, int | None]:
+    """Return expired leases in the owned partitions; (reaped, next expiry in ms or None)."""
+    if _is_postgres():
+        params = {"error": LEASE_EXPIRED_ERROR, **_partition_params(partitions, owned)}
+        with connection.cursor() as cursor:
+            cursor.execute(sql.REAP_EXPIRED, params)
+            reaped, next_ms = cursor.fetchone()
+            return int(reaped), next_ms
+    return _reap_expired_orm(partitions, owned)
+
+
+def _reap_expired_orm(partitions: int, owned: Sequence[int]) -> tuple[int, int | None]:
+    scope = Job.objects.filter(_in_partitions(partitions, owned))
+    with transaction.atomic():
+        now = timezone.now()
+        expired = scope.filter(state__in=[JobState.CLAIMED, JobState.RUNNING],
+                               lease_expires_at__lt=now)
+        reaped = expired.filter(state=JobState.CLAIMED).update(
+            state=JobState.SCHEDULED, claimed_by="", lease_expires_at=None
+        )
+        for job in expired.filter(state=JobState.RUNNING):
+            reaped += _lose_running_orm(job, now)
+        upcoming = scope.filter(
+            state__in=[JobState.CLAIMED, JobState.RUNNING], lease_expires_at__gte=now
+        ).order_by("lease_expires_at").values_list("lease_expires_at", flat=True).first()
+    return reaped, (_ms(upcoming) if upcoming else None)
+
+
+def _lose_running_orm(job: Job, now: dt.datetime) -> int:
+    if job.delivery == "at_most_once":
+        state = JobState.LOST
+    elif job.attempts >= job.max_attempts:
+        state = JobState.DEAD
+    else:
+        state = JobState.FAILED
+    entry = {"attempt": job.attempts, "at": now.isoformat(), "error": LEASE_EXPIRED_ERROR,
+             "kind": "lease_expired"}
+    return Job.objects.filter(
+        id=job.id, state=JobState.RUNNING, lease_token=job.lease_token
+    ).update(
+        state=state, run_at=now, finished_at=now, last_error=LEASE_EXPIRED_ERROR,
+        errors=[*job.errors, entry], claimed_by="", lease_expires_at=None,
+    )
+
+
+# --- worker side -----------------------------------------------------------------------
+
+
+def job_start(
+    *, claims: Sequence[tuple[int, int]], worker: str, ttl: float
+) -> list[StartedJob]:
+    """claimed → running for each (id, token) still holding its claim and due."""
+    if not claims:
+        return []
+    ids, tokens = zip(*claims, strict=True)
+    if _is_postgres():
+        params = {"ids": list(ids), "tokens": list(tokens), "worker": worker, "ttl": ttl}
+        with connection.cursor() as cursor:
+            cursor.execute(sql.START_CLAIMED, params)
+            rows = cursor.fetchall()
+        return [_started(row) for row in rows]
+    return _start_orm(claims, worker, ttl)
+
+
+def _started(row: Sequence[Any]) -> StartedJob:
+    payload, policy = row[3], row[7]
+    if isinstance(payload, str):
+        payload = json.loads(payload)
+    if isinstance(policy, str):
+        policy = json.loads(policy)
+    return StartedJob(row[0], row[1], row[2], payload, row[4], row[5], row[6], policy,
+                      row[8], row[9], row[10])
+
+
+def _start_orm(claims: Sequence[tuple[int, int]], worker: str, ttl: float) -> list[StartedJob]:
+    started = []
+    with transaction.atomic():
+        now = timezone.now()
+        for job_id, token in claims:
+            moved = Job.objects.filter(
+                id=job_id, lease_token=token, state=JobState.CLAIMED, run_at__lte=now
+            ).update(
+                state=JobState.RUNNING, attempts=F("attempts") + 1, started_at=now,
+                claimed_by=worker, lease_expires_at=now + _secs(ttl),
+            )
+            if moved:
+                job = Job.objects.get(id=job_id)
+                started.append(StartedJob(
+                    job.id, job.lease_token, job.handler, job.payload, job.attempts,
+                    job.max_attempts, job.delivery, job.retry_policy, job.idempotency_key,
+                    job.run_at, job.time_limit,
+                ))
+    return started
+
+
+def job_succeed(*, outcomes: Iterable[tuple[int, int, Any]]) -> set[int]:
+    """running → succeeded for each (id, token, result) still holding its lease."""
+    outcomes = list(outcomes)
+    if not outcomes:
+        return set()
+    if _is_postgres():
+        params = {
+            "ids": [o[0] for o in outcomes],
+            "tokens": [o[1] for o in outcomes],
+            "results": [None if o[2] is None else json.dumps(o[2]) for o in outcomes],
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(sql.SUCCEED_RUNNING, params)
+            return {row[0] for row in cursor.fetchall()}
+    done = set()
+    now = timezone.now()
+    for job_id, token, result in outcomes:
+        if Job.objects.filter(id=job_id, lease_token=token, state=JobState.RUNNING).update(
+            state=JobState.SUCCEEDED, finished_at=now, result=result, lease_expires_at=None
+        ):
+            done.add(job_id)
+    return done
+
+
+def job_fail(
+    *, job_id: int, token: int, error: str, kind: str, retry_in: float | None
+) -> bool:
+    """running → failed (retry after `retry_in` s) or → dead (`retry_in` is None)."""
+    state = JobState.DEAD if retry_in is None else JobState.FAILED
+    error = error[:4000]
+    if _is_postgres():
+        params = {"id": job_id, "token": token, "state": state, "delay": retry_in or 0.0,
+                  "error": error, "kind": kind}
+        with connection.cursor() as cursor:
+            cursor.execute(sql.FAIL_RUNNING, params)
+            return cursor.fetchone() is not None
+    with transaction.atomic():
+        job = Job.objects.filter(id=job_id, lease_token=token, state=JobState.RUNNING).first()
+        if job is None:
+            return False
+        now = timezone.now()
+        entry = {"attempt": job.attempts, "at": now.isoformat(), "error": error, "kind": kind}
+        return bool(Job.objects.filter(
+            id=job_id, lease_token=token, state=JobState.RUNNING
+        ).update(
+            state=state, run_at=now + _secs(retry_in) if retry_in is not None else job.run_at,
+            finished_at=now, last_error=error, errors=[*job.errors, entry], claimed_by="",
+            lease_expires_at=None,
+        ))
+
+
+def job_renew(*, leases: Sequence[tuple[int, int]], ttl: float) -> int:
+    """Extend the leases of running jobs this process still holds."""
+    if not leases:
+        return 0
+    ids, tokens = zip(*leases, strict=True)
+    if _is_postgres():
+        with connection.cursor() as cursor:
+            cursor.execute(sql.RENEW_RUNNING, {"ids": list(ids), "tokens": list(tokens),
+                                               "ttl": ttl})
+            return cursor.rowcount
+    until = timezone.now() + _secs(ttl)
+    return sum(
+        Job.objects.filter(id=i, lease_token=t, state=JobState.RUNNING).update(
+            lease_expires_at=until)
+        for i, t in leases
+    )
