@@ -1,0 +1,46 @@
+"""Handlers used by the tests. They record their effects in the database so a test can
+count executions from outside the process that ran them."""
+
+import time
+
+from django.db import connection
+
+NOT_CALLABLE = 42
+
+
+def _ensure_table() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TABLE IF NOT EXISTS test_effects ("
+            " id bigserial PRIMARY KEY, job_id bigint NOT NULL, attempt int NOT NULL,"
+            " executed_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+        )
+
+
+def record(ctx):
+    """Transactional effect: one row per successful execution."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO test_effects (job_id, attempt) VALUES (%s, %s)", [ctx.job_id, ctx.attempt]
+        )
+    return {"job": ctx.job_id}
+
+
+def record_slowly(ctx):
+    time.sleep(float(ctx.payload.get("seconds", 0.5)))
+    return record(ctx)
+
+
+def fail_until(ctx):
+    """Fails until attempt `ctx.payload['succeed_on']`."""
+    if ctx.attempt < int(ctx.payload.get("succeed_on", 10**6)):
+        raise RuntimeError(f"attempt {ctx.attempt} fails")
+    return record(ctx)
+
+
+def noop(ctx):
+    return None
+
+
+def echo(ctx):
+    return {"payload": ctx.payload, "attempt": ctx.attempt, "key": ctx.idempotency_key}
