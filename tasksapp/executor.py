@@ -78,8 +78,13 @@ class LeaseKeeper:
         self._held: dict[int, tuple[int, float | None]] = {}  # id -> (token, deadline)
         self._lock = threading.Lock()
         self._counts = {"succeeded": 0, "failed": 0}
+        self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
         self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=5)
 
     def hold(self, job: StartedJob) -> None:
         deadline = time.monotonic() + job.time_limit if job.time_limit else None
@@ -92,14 +97,16 @@ class LeaseKeeper:
             self._counts["succeeded" if succeeded else "failed"] += 1
 
     def _loop(self) -> None:
-        while True:
-            time.sleep(self.ttl / 3)
-            try:
-                self._renew_and_beat()
-            except Exception:  # database down: keep trying; leases may expire meanwhile
-                log.exception("lease renewal failed")
-                close_old_connections()
-                connection.close()
+        try:
+            while not self._stopped.wait(self.ttl / 3):
+                try:
+                    self._renew_and_beat()
+                except Exception:  # database down: keep trying; leases may expire meanwhile
+                    log.exception("lease renewal failed")
+                    close_old_connections()
+                    connection.close()
+        finally:
+            connection.close()
 
     def _renew_and_beat(self) -> None:
         now = time.monotonic()
@@ -110,13 +117,19 @@ class LeaseKeeper:
             self._counts = {"succeeded": 0, "failed": 0}
         job_renew(leases=leases, ttl=self.ttl)
         updated = WorkerProcess.objects.filter(name=self.name).update(
-            heartbeat_at=timezone.now(), running=running,
-            succeeded=F("succeeded") + counts["succeeded"], failed=F("failed") + counts["failed"],
+            heartbeat_at=timezone.now(),
+            running=running,
+            succeeded=F("succeeded") + counts["succeeded"],
+            failed=F("failed") + counts["failed"],
         )
         if not updated:
             WorkerProcess.objects.create(
-                name=self.name, hostname=socket.gethostname(), pid=os.getpid(),
-                running=running, succeeded=counts["succeeded"], failed=counts["failed"],
+                name=self.name,
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                running=running,
+                succeeded=counts["succeeded"],
+                failed=counts["failed"],
             )
 
 
@@ -131,6 +144,14 @@ def lease_keeper() -> LeaseKeeper:
         if _keeper is None or _keeper.name != worker_name():  # new process after fork
             _keeper = LeaseKeeper()
         return _keeper
+
+
+def stop_lease_keeper() -> None:
+    global _keeper
+    with _keeper_lock:
+        if _keeper is not None:
+            _keeper.stop()
+            _keeper = None
 
 
 def execute_batch(claims: Sequence[Sequence[int]]) -> int:
@@ -165,8 +186,11 @@ def _wait_until(run_at_ms: int) -> None:
 def _start_stragglers(claims, started_ids: set[int], keeper: LeaseKeeper) -> list[StartedJob]:
     """Jobs refused only because our clock ran a little ahead of the database's."""
     now = clock.now_ms()
-    early = [(int(c[0]), int(c[1])) for c in claims
-             if int(c[0]) not in started_ids and int(c[2]) > now - 50]
+    early = [
+        (int(c[0]), int(c[1]))
+        for c in claims
+        if int(c[0]) not in started_ids and int(c[2]) > now - 50
+    ]
     if not early:
         return []
     time.sleep(0.02)
@@ -174,9 +198,15 @@ def _start_stragglers(claims, started_ids: set[int], keeper: LeaseKeeper) -> lis
 
 
 def _context(job: StartedJob) -> JobContext:
-    return JobContext(job_id=job.id, payload=job.payload, attempt=job.attempt,
-                      idempotency_key=job.idempotency_key, run_at=job.run_at,
-                      delivery=job.delivery, max_attempts=job.max_attempts)
+    return JobContext(
+        job_id=job.id,
+        payload=job.payload,
+        attempt=job.attempt,
+        idempotency_key=job.idempotency_key,
+        run_at=job.run_at,
+        delivery=job.delivery,
+        max_attempts=job.max_attempts,
+    )
 
 
 def _run_one(job: StartedJob) -> tuple[str, Any]:
@@ -219,9 +249,15 @@ def _run_transactional(job: StartedJob, handler) -> None:
 
 
 def _record_failure(job: StartedJob, error: str, *, kind: str) -> None:
-    decision = retry.decide(job.retry_policy or retry.DEFAULT_POLICY, attempt=job.attempt,
-                            max_attempts=job.max_attempts)
-    recorded = job_fail(job_id=job.id, token=job.token, error=error, kind=kind,
-                        retry_in=decision.delay if decision.retry else None)
+    decision = retry.decide(
+        job.retry_policy or retry.DEFAULT_POLICY, attempt=job.attempt, max_attempts=job.max_attempts
+    )
+    recorded = job_fail(
+        job_id=job.id,
+        token=job.token,
+        error=error,
+        kind=kind,
+        retry_in=decision.delay if decision.retry else None,
+    )
     if not recorded:
         log.warning("job %s: failure not recorded, lease lost", job.id)

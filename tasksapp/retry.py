@@ -52,8 +52,12 @@ def validate_policy(policy: Any) -> dict[str, Any]:
         if unknown:
             raise RetryPolicyError(ERR_POLICY_UNKNOWN.format(keys=", ".join(sorted(unknown))))
         delays = policy["delays"]
-        valid = isinstance(delays, list) and delays and all(
-            not isinstance(d, bool) and isinstance(d, int | float) and d >= 0 for d in delays
+        valid = (
+            isinstance(delays, list)
+            and delays
+            and all(
+                not isinstance(d, bool) and isinstance(d, int | float) and d >= 0 for d in delays
+            )
         )
         if not valid:
             raise RetryPolicyError(ERR_POLICY_DELAYS)

@@ -43,3 +43,46 @@ class RecordingPublisher:
 @pytest.fixture
 def publisher() -> RecordingPublisher:
     return RecordingPublisher()
+
+
+@pytest.fixture(autouse=True)
+def _stop_lease_keeper():
+    """The executor starts a lease-keeper thread per process; stop it after each test so
+    no connection outlives the test database."""
+    yield
+    from tasksapp.executor import stop_lease_keeper
+
+    stop_lease_keeper()
+
+
+class Effects:
+    """Rows written by tests.handlers.recording handlers: one per committed execution."""
+
+    def count(self, job_id: int | None = None) -> int:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            if job_id is None:
+                cursor.execute("SELECT count(*) FROM test_effects")
+            else:
+                cursor.execute("SELECT count(*) FROM test_effects WHERE job_id = %s", [job_id])
+            return cursor.fetchone()[0]
+
+    def per_job(self) -> dict[int, int]:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT job_id, count(*) FROM test_effects GROUP BY job_id")
+            return dict(cursor.fetchall())
+
+
+@pytest.fixture
+def effects(db) -> Effects:
+    from django.db import connection
+
+    from tests.handlers.recording import _ensure_table
+
+    _ensure_table()
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE test_effects")
+    return Effects()

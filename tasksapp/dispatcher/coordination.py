@@ -49,10 +49,13 @@ class PostgresCoordinator:
         params.pop("context", None)
         self._conn = psycopg.connect(**params, autocommit=True)
         self._conn.execute(f"LISTEN {sql.NOTIFY_CHANNEL}")
-        self._conn.execute(sql.LOCK_DISPATCHER, {
-            "dispatcher_class": sql.DISPATCHER_LOCK_CLASS,
-            "dispatcher_id": self.instance_id % 2**31,
-        })
+        self._conn.execute(
+            sql.LOCK_DISPATCHER,
+            {
+                "dispatcher_class": sql.DISPATCHER_LOCK_CLASS,
+                "dispatcher_id": self.instance_id % 2**31,
+            },
+        )
         self._pid = self._conn.info.backend_pid
         self.owned = set()
         self._best_rtt = float("inf")
@@ -75,10 +78,13 @@ class PostgresCoordinator:
         release the ones above it."""
         assert self._conn is not None
         before = time.time() * 1000
-        row = self._conn.execute(sql.LIVE_DISPATCHERS_AND_HELD_PARTITIONS, {
-            "dispatcher_class": sql.DISPATCHER_LOCK_CLASS,
-            "partition_class": sql.PARTITION_LOCK_CLASS,
-        }).fetchone()
+        row = self._conn.execute(
+            sql.LIVE_DISPATCHERS_AND_HELD_PARTITIONS,
+            {
+                "dispatcher_class": sql.DISPATCHER_LOCK_CLASS,
+                "partition_class": sql.PARTITION_LOCK_CLASS,
+            },
+        ).fetchone()
         after = time.time() * 1000
         live_pids, held, db_ms = row
         self._observe_clock(before, after, float(db_ms))
@@ -86,16 +92,22 @@ class PostgresCoordinator:
         change = Rebalance()
         if len(self.owned) > target:
             change.released = sorted(self.owned)[target:]
-            self._conn.execute(sql.UNLOCK_PARTITIONS, {
-                "partition_class": sql.PARTITION_LOCK_CLASS, "partitions": change.released})
+            self._conn.execute(
+                sql.UNLOCK_PARTITIONS,
+                {"partition_class": sql.PARTITION_LOCK_CLASS, "partitions": change.released},
+            )
             self.owned -= set(change.released)
         elif len(self.owned) < target:
             free = [p for p in range(self.partitions) if p not in set(held or [])]
             wanted = free[: target - len(self.owned)]
             if wanted:
-                rows = self._conn.execute(sql.TRY_LOCK_PARTITIONS, {
-                    "partition_class": sql.PARTITION_LOCK_CLASS, "candidates": wanted,
-                }).fetchall()
+                rows = self._conn.execute(
+                    sql.TRY_LOCK_PARTITIONS,
+                    {
+                        "partition_class": sql.PARTITION_LOCK_CLASS,
+                        "candidates": wanted,
+                    },
+                ).fetchall()
                 change.gained = [r[0] for r in rows]
                 self.owned |= set(change.gained)
         return change
@@ -112,8 +124,7 @@ class PostgresCoordinator:
     def wait(self, timeout: float) -> list[str]:
         """Block up to `timeout` s for notifications; return their payloads."""
         assert self._conn is not None
-        payloads = [n.payload for n in self._conn.notifies(timeout=max(timeout, 0.0),
-                                                           stop_after=1)]
+        payloads = [n.payload for n in self._conn.notifies(timeout=max(timeout, 0.0), stop_after=1)]
         if payloads:  # drain whatever else is already there
             payloads += [n.payload for n in self._conn.notifies(timeout=0.0)]
         return payloads

@@ -31,8 +31,17 @@ from tasksapp.services.transitions import Claim, job_claim_due, job_poll_due, jo
 log = logging.getLogger(__name__)
 
 Publisher = Callable[[list[list[int]]], None]
-COUNTER_FIELDS = ("polls", "rows_fetched", "claims", "claims_lost", "single_reads", "reaped",
-                  "messages", "notifications", "statements")
+COUNTER_FIELDS = (
+    "polls",
+    "rows_fetched",
+    "claims",
+    "claims_lost",
+    "single_reads",
+    "reaped",
+    "messages",
+    "notifications",
+    "statements",
+)
 HEARTBEAT_SECONDS = 10.0
 MAX_WAIT_SECONDS = 0.5  # wake up at least this often to notice signals
 
@@ -70,8 +79,10 @@ class DispatcherLoop:
         self.publisher = publisher or celery_publisher()
         self.uses_notify = connection.vendor == "postgresql"
         if self.uses_notify and cfg["LOOKAHEAD_SECONDS"] > sql.NOTIFY_WINDOW_SECONDS:
-            raise ValueError("TEMPO_LOOKAHEAD_SECONDS must not exceed the notify window "
-                             f"({sql.NOTIFY_WINDOW_SECONDS} s)")
+            raise ValueError(
+                "TEMPO_LOOKAHEAD_SECONDS must not exceed the notify window "
+                f"({sql.NOTIFY_WINDOW_SECONDS} s)"
+            )
         self.wheel = TimingWheel(start_ms=int(time.time() * 1000))
         self.counters: Counter[str] = Counter()
         self.stopping = False
@@ -91,8 +102,13 @@ class DispatcherLoop:
     def start(self) -> None:
         self.record, _ = Dispatcher.objects.update_or_create(
             name=self.name,
-            defaults={"hostname": socket.gethostname(), "pid": os.getpid(),
-                      "started_at": timezone.now(), "stopped_at": None, "partitions": []},
+            defaults={
+                "hostname": socket.gethostname(),
+                "pid": os.getpid(),
+                "started_at": timezone.now(),
+                "stopped_at": None,
+                "partitions": [],
+            },
         )
         kind = PostgresCoordinator if self.uses_notify else LocalCoordinator
         self.coordinator = kind(partitions=self.partitions, instance_id=self.record.id)
@@ -184,8 +200,13 @@ class DispatcherLoop:
             return
         limit = self.cfg["POLL_LIMIT"]
         now = self.now_ms()
-        rows = job_poll_due(lookahead=self.cfg["LOOKAHEAD_SECONDS"], partitions=self.partitions,
-                            owned=owned, limit=limit, after=self.cursor)
+        rows = job_poll_due(
+            lookahead=self.cfg["LOOKAHEAD_SECONDS"],
+            partitions=self.partitions,
+            owned=owned,
+            limit=limit,
+            after=self.cursor,
+        )
         self.counters.update(polls=1, statements=1, rows_fetched=len(rows))
         for job_id, run_at_ms in rows:
             self.wheel.add(job_id, run_at_ms)
@@ -196,8 +217,9 @@ class DispatcherLoop:
             return
         self.cursor = None
         self.horizon_ms = now + self.cfg["LOOKAHEAD_SECONDS"] * 1000
-        interval = self.cfg["POLL_INTERVAL_SECONDS" if self.uses_notify else
-                            "FALLBACK_POLL_SECONDS"]
+        interval = self.cfg[
+            "POLL_INTERVAL_SECONDS" if self.uses_notify else "FALLBACK_POLL_SECONDS"
+        ]
         self.next_poll = now + interval * 1000
 
     def _dispatch_due(self) -> None:

@@ -42,6 +42,9 @@ class DispatcherCounter(models.Model):
         ]
         indexes = [models.Index(fields=["minute"], name="counter_minute_idx")]
 
+    def __str__(self) -> str:
+        return f"{self.dispatcher} @ {self.minute:%Y-%m-%d %H:%M}"
+
 
 class WorkerProcess(models.Model):
     """One Celery worker process, as seen by its lease keeper."""

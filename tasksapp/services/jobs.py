@@ -25,7 +25,9 @@ ERR_TIME_LIMIT = "time_limit must be a positive number of seconds."
 ERR_KEY = "idempotency_key must be a non-empty string of at most 200 characters."
 ERR_NOT_FOUND = "job {job_id} does not exist."
 ERR_CANCEL_STATE = "job {job_id} is {state}: only scheduled or failed jobs can be cancelled."
-ERR_RETRY_STATE = "job {job_id} is {state}: only dead, lost, cancelled or failed jobs can be retried."
+ERR_RETRY_STATE = (
+    "job {job_id} is {state}: only dead, lost, cancelled or failed jobs can be retried."
+)
 
 
 class JobInputError(ValueError):
@@ -52,8 +54,10 @@ def _validated_payload(payload: Any) -> Any:
 def _validated_options(
     *, max_attempts: Any, delivery: Any, time_limit: Any, idempotency_key: Any
 ) -> None:
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or not (
-        1 <= max_attempts <= 1000
+    if (
+        isinstance(max_attempts, bool)
+        or not isinstance(max_attempts, int)
+        or not (1 <= max_attempts <= 1000)
     ):
         raise JobInputError(ERR_MAX_ATTEMPTS)
     if delivery not in Delivery.values:
@@ -93,10 +97,21 @@ def job_schedule(
         raise JobInputError(str(exc)) from exc
     run_at = _validated_run_at(run_at)
     payload = _validated_payload(payload)
-    _validated_options(max_attempts=max_attempts, delivery=delivery, time_limit=time_limit,
-                       idempotency_key=idempotency_key)
-    fields = dict(handler=handler, run_at=run_at, payload=payload, max_attempts=max_attempts,
-                  retry_policy=policy, delivery=delivery, time_limit=time_limit)
+    _validated_options(
+        max_attempts=max_attempts,
+        delivery=delivery,
+        time_limit=time_limit,
+        idempotency_key=idempotency_key,
+    )
+    fields = dict(
+        handler=handler,
+        run_at=run_at,
+        payload=payload,
+        max_attempts=max_attempts,
+        retry_policy=policy,
+        delivery=delivery,
+        time_limit=time_limit,
+    )
     if idempotency_key is None:
         return Job.objects.create(**fields)
     try:
@@ -134,8 +149,12 @@ def job_retry(*, job_id: int, run_at: dt.datetime | None = None) -> Job:
     job = _get(job_id)
     retryable = [JobState.DEAD, JobState.LOST, JobState.CANCELLED, JobState.FAILED]
     moved = Job.objects.filter(id=job_id, state__in=retryable, state__exact=job.state).update(
-        state=JobState.SCHEDULED, run_at=when, finished_at=None, claimed_by="",
-        lease_expires_at=None, max_attempts=max(job.max_attempts, job.attempts + 1),
+        state=JobState.SCHEDULED,
+        run_at=when,
+        finished_at=None,
+        claimed_by="",
+        lease_expires_at=None,
+        max_attempts=max(job.max_attempts, job.attempts + 1),
     )
     if not moved:
         raise JobInputError(ERR_RETRY_STATE.format(job_id=job_id, state=_get(job_id).state))

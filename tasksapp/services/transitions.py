@@ -91,8 +91,13 @@ def job_poll_due(
     (run_at, id) and starting after the keyset `after` = (run_at ms, id): (id, run_at ms)."""
     after_ms, after_id = after if after else (None, None)
     if _is_postgres():
-        params = {"lookahead": lookahead, "limit": limit, "after_ms": after_ms,
-                  "after_id": after_id, **_partition_params(partitions, owned)}
+        params = {
+            "lookahead": lookahead,
+            "limit": limit,
+            "after_ms": after_ms,
+            "after_id": after_id,
+            **_partition_params(partitions, owned),
+        }
         with connection.cursor() as cursor:
             cursor.execute(sql.POLL_DUE, params)
             return [(row[0], row[1]) for row in cursor.fetchall()]
@@ -102,16 +107,12 @@ def job_poll_due(
         mark = dt.datetime.fromtimestamp(after_ms / 1000, tz=dt.UTC)
         jobs = jobs.filter(Q(run_at__gt=mark) | Q(run_at=mark, id__gt=after_id))
     rows = (
-        jobs.filter(run_at__lt=horizon)
-        .order_by("run_at", "id")
-        .values_list("id", "run_at")[:limit]
+        jobs.filter(run_at__lt=horizon).order_by("run_at", "id").values_list("id", "run_at")[:limit]
     )
     return [(job_id, _ms(run_at)) for job_id, run_at in rows]
 
 
-def job_claim_due(
-    *, ids: Sequence[int], owner: str, ttl: float, lead: float = 1.0
-) -> list[Claim]:
+def job_claim_due(*, ids: Sequence[int], owner: str, ttl: float, lead: float = 1.0) -> list[Claim]:
     """scheduled|failed → claimed, in one statement. Returns the claims this caller won."""
     if not ids:
         return []
@@ -123,8 +124,9 @@ def job_claim_due(
     with transaction.atomic():
         now = timezone.now()
         won = list(
-            Job.objects.filter(id__in=ids, state__in=DUE_STATES, run_at__lte=now + _secs(lead))
-            .values_list("id", "lease_token", "run_at")
+            Job.objects.filter(
+                id__in=ids, state__in=DUE_STATES, run_at__lte=now + _secs(lead)
+            ).values_list("id", "lease_token", "run_at")
         )
         Job.objects.filter(id__in=[row[0] for row in won], state__in=DUE_STATES).update(
             state=JobState.CLAIMED,
@@ -136,9 +138,7 @@ def job_claim_due(
     return [Claim(job_id, token + 1, _ms(run_at)) for job_id, token, run_at in won]
 
 
-def job_reap_expired(
-    *, partitions: int, owned: Sequence[int]
-) -> tuple[int, int | None]:
+def job_reap_expired(*, partitions: int, owned: Sequence[int]) -> tuple[int, int | None]:
     """Return expired leases in the owned partitions; (reaped, next expiry in ms or None)."""
     if _is_postgres():
         params = {"error": LEASE_EXPIRED_ERROR, **_partition_params(partitions, owned)}
@@ -153,16 +153,20 @@ def _reap_expired_orm(partitions: int, owned: Sequence[int]) -> tuple[int, int |
     scope = Job.objects.filter(_in_partitions(partitions, owned))
     with transaction.atomic():
         now = timezone.now()
-        expired = scope.filter(state__in=[JobState.CLAIMED, JobState.RUNNING],
-                               lease_expires_at__lt=now)
+        expired = scope.filter(
+            state__in=[JobState.CLAIMED, JobState.RUNNING], lease_expires_at__lt=now
+        )
         reaped = expired.filter(state=JobState.CLAIMED).update(
             state=JobState.SCHEDULED, claimed_by="", lease_expires_at=None
         )
         for job in expired.filter(state=JobState.RUNNING):
             reaped += _lose_running_orm(job, now)
-        upcoming = scope.filter(
-            state__in=[JobState.CLAIMED, JobState.RUNNING], lease_expires_at__gte=now
-        ).order_by("lease_expires_at").values_list("lease_expires_at", flat=True).first()
+        upcoming = (
+            scope.filter(state__in=[JobState.CLAIMED, JobState.RUNNING], lease_expires_at__gte=now)
+            .order_by("lease_expires_at")
+            .values_list("lease_expires_at", flat=True)
+            .first()
+        )
     return reaped, (_ms(upcoming) if upcoming else None)
 
 
@@ -173,22 +177,29 @@ def _lose_running_orm(job: Job, now: dt.datetime) -> int:
         state = JobState.DEAD
     else:
         state = JobState.FAILED
-    entry = {"attempt": job.attempts, "at": now.isoformat(), "error": LEASE_EXPIRED_ERROR,
-             "kind": "lease_expired"}
+    entry = {
+        "attempt": job.attempts,
+        "at": now.isoformat(),
+        "error": LEASE_EXPIRED_ERROR,
+        "kind": "lease_expired",
+    }
     return Job.objects.filter(
         id=job.id, state=JobState.RUNNING, lease_token=job.lease_token
     ).update(
-        state=state, run_at=now, finished_at=now, last_error=LEASE_EXPIRED_ERROR,
-        errors=[*job.errors, entry], claimed_by="", lease_expires_at=None,
+        state=state,
+        run_at=now,
+        finished_at=now,
+        last_error=LEASE_EXPIRED_ERROR,
+        errors=[*job.errors, entry],
+        claimed_by="",
+        lease_expires_at=None,
     )
 
 
 # --- worker side -----------------------------------------------------------------------
 
 
-def job_start(
-    *, claims: Sequence[tuple[int, int]], worker: str, ttl: float
-) -> list[StartedJob]:
+def job_start(*, claims: Sequence[tuple[int, int]], worker: str, ttl: float) -> list[StartedJob]:
     """claimed → running for each (id, token) still holding its claim and due."""
     if not claims:
         return []
@@ -208,8 +219,9 @@ def _started(row: Sequence[Any]) -> StartedJob:
         payload = json.loads(payload)
     if isinstance(policy, str):
         policy = json.loads(policy)
-    return StartedJob(row[0], row[1], row[2], payload, row[4], row[5], row[6], policy,
-                      row[8], row[9], row[10])
+    return StartedJob(
+        row[0], row[1], row[2], payload, row[4], row[5], row[6], policy, row[8], row[9], row[10]
+    )
 
 
 def _start_orm(claims: Sequence[tuple[int, int]], worker: str, ttl: float) -> list[StartedJob]:
@@ -220,16 +232,29 @@ def _start_orm(claims: Sequence[tuple[int, int]], worker: str, ttl: float) -> li
             moved = Job.objects.filter(
                 id=job_id, lease_token=token, state=JobState.CLAIMED, run_at__lte=now
             ).update(
-                state=JobState.RUNNING, attempts=F("attempts") + 1, started_at=now,
-                claimed_by=worker, lease_expires_at=now + _secs(ttl),
+                state=JobState.RUNNING,
+                attempts=F("attempts") + 1,
+                started_at=now,
+                claimed_by=worker,
+                lease_expires_at=now + _secs(ttl),
             )
             if moved:
                 job = Job.objects.get(id=job_id)
-                started.append(StartedJob(
-                    job.id, job.lease_token, job.handler, job.payload, job.attempts,
-                    job.max_attempts, job.delivery, job.retry_policy, job.idempotency_key,
-                    job.run_at, job.time_limit,
-                ))
+                started.append(
+                    StartedJob(
+                        job.id,
+                        job.lease_token,
+                        job.handler,
+                        job.payload,
+                        job.attempts,
+                        job.max_attempts,
+                        job.delivery,
+                        job.retry_policy,
+                        job.idempotency_key,
+                        job.run_at,
+                        job.time_limit,
+                    )
+                )
     return started
 
 
@@ -257,15 +282,19 @@ def job_succeed(*, outcomes: Iterable[tuple[int, int, Any]]) -> set[int]:
     return done
 
 
-def job_fail(
-    *, job_id: int, token: int, error: str, kind: str, retry_in: float | None
-) -> bool:
+def job_fail(*, job_id: int, token: int, error: str, kind: str, retry_in: float | None) -> bool:
     """running → failed (retry after `retry_in` s) or → dead (`retry_in` is None)."""
     state = JobState.DEAD if retry_in is None else JobState.FAILED
     error = error[:4000]
     if _is_postgres():
-        params = {"id": job_id, "token": token, "state": state, "delay": retry_in or 0.0,
-                  "error": error, "kind": kind}
+        params = {
+            "id": job_id,
+            "token": token,
+            "state": state,
+            "delay": retry_in or 0.0,
+            "error": error,
+            "kind": kind,
+        }
         with connection.cursor() as cursor:
             cursor.execute(sql.FAIL_RUNNING, params)
             return cursor.fetchone() is not None
@@ -275,13 +304,17 @@ def job_fail(
             return False
         now = timezone.now()
         entry = {"attempt": job.attempts, "at": now.isoformat(), "error": error, "kind": kind}
-        return bool(Job.objects.filter(
-            id=job_id, lease_token=token, state=JobState.RUNNING
-        ).update(
-            state=state, run_at=now + _secs(retry_in) if retry_in is not None else job.run_at,
-            finished_at=now, last_error=error, errors=[*job.errors, entry], claimed_by="",
-            lease_expires_at=None,
-        ))
+        return bool(
+            Job.objects.filter(id=job_id, lease_token=token, state=JobState.RUNNING).update(
+                state=state,
+                run_at=now + _secs(retry_in) if retry_in is not None else job.run_at,
+                finished_at=now,
+                last_error=error,
+                errors=[*job.errors, entry],
+                claimed_by="",
+                lease_expires_at=None,
+            )
+        )
 
 
 def job_renew(*, leases: Sequence[tuple[int, int]], ttl: float) -> int:
@@ -291,12 +324,14 @@ def job_renew(*, leases: Sequence[tuple[int, int]], ttl: float) -> int:
     ids, tokens = zip(*leases, strict=True)
     if _is_postgres():
         with connection.cursor() as cursor:
-            cursor.execute(sql.RENEW_RUNNING, {"ids": list(ids), "tokens": list(tokens),
-                                               "ttl": ttl})
+            cursor.execute(
+                sql.RENEW_RUNNING, {"ids": list(ids), "tokens": list(tokens), "ttl": ttl}
+            )
             return cursor.rowcount
     until = timezone.now() + _secs(ttl)
     return sum(
         Job.objects.filter(id=i, lease_token=t, state=JobState.RUNNING).update(
-            lease_expires_at=until)
+            lease_expires_at=until
+        )
         for i, t in leases
     )

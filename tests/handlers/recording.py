@@ -44,3 +44,25 @@ def noop(ctx):
 
 def echo(ctx):
     return {"payload": ctx.payload, "attempt": ctx.attempt, "key": ctx.idempotency_key}
+
+
+def steal_lease(ctx):
+    """Writes its effect, then lets 'another process' take the job over (as the reaper
+    and a new claim would): the fenced success must fail and roll the effect back."""
+    import psycopg
+
+    record(ctx)
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=True) as other:
+        other.execute(
+            "UPDATE tasksapp_job SET state = 'claimed', lease_token = lease_token + 1"
+            " WHERE id = %s",
+            [ctx.job_id],
+        )
+    return {"stolen": True}
+
+
+def not_json(ctx):
+    return {"when": object()}

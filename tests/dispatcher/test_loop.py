@@ -1,0 +1,137 @@
+"""The dispatcher loop, driven step by step in-process against real PostgreSQL."""
+
+import datetime as dt
+import time
+
+import pytest
+from django.utils import timezone
+
+from tasksapp.dispatcher.loop import DispatcherLoop, split_batches
+from tasksapp.models import Dispatcher, DispatcherCounter, Job, JobState
+from tasksapp.services import job_schedule
+from tasksapp.services.transitions import Claim
+from tests.conftest import RecordingPublisher
+
+pytestmark = pytest.mark.django_db(transaction=True)
+HANDLER = "tests.handlers.recording.noop"
+
+
+@pytest.fixture
+def fast(settings):
+    settings.TEMPO = {**settings.TEMPO, "COORDINATION_SECONDS": 0.1}
+
+
+@pytest.fixture
+def loops():
+    started = []
+
+    def make(name, publisher):
+        loop = DispatcherLoop(name=name, publisher=publisher)
+        loop.start()
+        started.append(loop)
+        return loop
+
+    yield make
+    for loop in started:
+        loop.stop()
+
+
+def run_until(predicate, *loops, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for loop in loops:
+            loop.step(wait=True)
+        if predicate():
+            return
+    raise AssertionError("condition not reached in time")
+
+
+def schedule(seconds_from_now: float) -> Job:
+    return job_schedule(
+        handler=HANDLER, run_at=timezone.now() + dt.timedelta(seconds=seconds_from_now)
+    )
+
+
+def test_claims_a_due_job_and_publishes_id_token_and_run_at(loops, publisher, fast):
+    job = schedule(-0.01)
+    loop = loops("d1", publisher)
+    run_until(lambda: publisher.claims, loop)
+    [[job_id, token, run_at_ms]] = publisher.claims
+    assert (job_id, token) == (job.id, 1)
+    assert run_at_ms == int(job.run_at.timestamp() * 1000)
+    assert Job.objects.get(id=job.id).state == JobState.CLAIMED
+
+
+def test_holds_a_future_job_until_its_run_time(loops, publisher, fast):
+    job = schedule(0.4)
+    loop = loops("d1", publisher)
+    loop.step(wait=False)
+    assert job.id in loop.wheel and publisher.claims == []
+    run_until(lambda: publisher.claims, loop)
+    claimed_at = Job.objects.get(id=job.id).claimed_at
+    assert claimed_at >= job.run_at - dt.timedelta(milliseconds=2)
+    assert claimed_at <= job.run_at + dt.timedelta(milliseconds=100)
+
+
+def test_a_job_scheduled_for_now_wakes_the_dispatcher_without_a_poll(loops, publisher, fast):
+    loop = loops("d1", publisher)
+    run_until(lambda: loop.coordinator.owned, loop)
+    loop.step(wait=False)
+    polls = loop.counters["polls"]
+    job = schedule(0)
+    began = time.monotonic()
+    run_until(lambda: publisher.claims, loop)
+    assert time.monotonic() - began < 0.5
+    assert publisher.claims[0][0] == job.id
+    assert loop.counters["polls"] == polls  # found by NOTIFY, not by polling
+
+
+def test_a_cancelled_job_leaves_the_wheel(loops, publisher, fast):
+    job = schedule(0.5)
+    loop = loops("d1", publisher)
+    loop.step(wait=False)
+    assert job.id in loop.wheel
+    Job.objects.filter(id=job.id).update(state=JobState.CANCELLED)
+    run_until(lambda: job.id not in loop.wheel, loop)
+
+
+def test_two_dispatchers_split_the_partitions_and_never_race(loops, fast):
+    first, second = RecordingPublisher(), RecordingPublisher()
+    a, b = loops("a", first), loops("b", second)
+    run_until(lambda: len(a.coordinator.owned) == len(b.coordinator.owned) == 8, a, b)
+    assert a.coordinator.owned.isdisjoint(b.coordinator.owned)
+    jobs = [schedule(0.2) for _ in range(40)]
+    run_until(lambda: len(first.claims) + len(second.claims) == 40, a, b)
+    assert {c[0] for c in first.claims} | {c[0] for c in second.claims} == {j.id for j in jobs}
+    assert all(c[0] % 16 in a.coordinator.owned for c in first.claims)
+    assert a.counters["claims_lost"] == b.counters["claims_lost"] == 0
+
+
+def test_a_survivor_takes_over_the_partitions_of_a_dead_dispatcher(loops, fast):
+    first, second = RecordingPublisher(), RecordingPublisher()
+    a, b = loops("a", first), loops("b", second)
+    run_until(lambda: len(a.coordinator.owned) == len(b.coordinator.owned) == 8, a, b)
+    b.coordinator._conn.close()  # its session ends as if the process died
+    jobs = [schedule(0.1) for _ in range(20)]
+    run_until(lambda: len(first.claims) == 20, a)
+    assert len(a.coordinator.owned) == 16
+    assert {c[0] for c in first.claims} == {j.id for j in jobs}
+
+
+def test_stop_hands_everything_back(loops, publisher, fast):
+    job = schedule(30)
+    loop = loops("d1", publisher)
+    run_until(lambda: job.id in loop.wheel, loop)
+    loop.stop()
+    assert Job.objects.get(id=job.id).state == JobState.SCHEDULED
+    record = Dispatcher.objects.get(name="d1")
+    assert record.stopped_at is not None and record.partitions == []
+    assert DispatcherCounter.objects.get(dispatcher="d1").polls >= 1
+
+
+def test_split_batches_fans_out_small_batches_and_packs_large_ones():
+    claims = [Claim(i, 1, 1000 + i) for i in range(20)]
+    assert [len(b) for b in split_batches(claims, fanout=32, max_batch=250)] == [1] * 20
+    many = [Claim(i, 1, 1000) for i in range(100_000)]
+    batches = split_batches(many, fanout=32, max_batch=250)
+    assert len(batches) == 400 and all(len(b) == 250 for b in batches)

@@ -1,0 +1,146 @@
+"""Every transition is guarded on state and fencing token: a stale holder changes nothing."""
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from tasksapp.models import Job, JobState
+from tasksapp.services.transitions import (
+    LEASE_EXPIRED_ERROR,
+    job_claim_due,
+    job_fail,
+    job_reap_expired,
+    job_renew,
+    job_start,
+    job_succeed,
+)
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+ALL = list(range(16))
+
+
+def claim_one(job, owner="d1"):
+    (claim,) = job_claim_due(ids=[job.id], owner=owner, ttl=10)
+    return claim
+
+
+def test_claim_is_won_once_and_bumps_the_token():
+    job = JobFactory()
+    first = job_claim_due(ids=[job.id], owner="d1", ttl=10)
+    second = job_claim_due(ids=[job.id], owner="d2", ttl=10)
+    assert [c.id for c in first] == [job.id] and second == []
+    job.refresh_from_db()
+    assert job.state == JobState.CLAIMED and job.claimed_by == "d1"
+    assert job.lease_token == first[0].token == 1
+
+
+def test_claim_skips_jobs_not_due_within_the_lead():
+    later = JobFactory(run_at=timezone.now() + dt.timedelta(minutes=1))
+    assert job_claim_due(ids=[later.id], owner="d1", ttl=10) == []
+
+
+def test_start_requires_the_current_token_and_happens_once():
+    job = JobFactory()
+    claim = claim_one(job)
+    assert job_start(claims=[(job.id, claim.token - 1)], worker="w", ttl=5) == []
+    (started,) = job_start(claims=[(job.id, claim.token)], worker="w", ttl=5)
+    assert started.attempt == 1
+    assert job_start(claims=[(job.id, claim.token)], worker="w2", ttl=5) == []  # duplicate
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.claimed_by == "w" and job.attempts == 1
+
+
+def test_start_never_before_run_at():
+    job = JobFactory(run_at=timezone.now() + dt.timedelta(milliseconds=500))
+    claim = claim_one(job)
+    assert job_start(claims=[(job.id, claim.token)], worker="w", ttl=5) == []
+
+
+def test_succeed_with_a_stale_token_changes_nothing():
+    job = JobFactory()
+    claim = claim_one(job)
+    job_start(claims=[(job.id, claim.token)], worker="w", ttl=5)
+    assert job_succeed(outcomes=[(job.id, claim.token + 1, None)]) == set()
+    assert job_succeed(outcomes=[(job.id, claim.token, {"n": 1})]) == {job.id}
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED and job.result == {"n": 1}
+
+
+def test_fail_schedules_the_retry_or_buries_the_job():
+    job = JobFactory()
+    claim = claim_one(job)
+    job_start(claims=[(job.id, claim.token)], worker="w", ttl=5)
+    assert job_fail(job_id=job.id, token=claim.token, error="boom", kind="exception", retry_in=2)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and job.last_error == "boom"
+    assert job.errors[0]["attempt"] == 1 and job.errors[0]["error"] == "boom"
+    assert job.run_at > timezone.now() + dt.timedelta(seconds=1)
+    assert not job_fail(job_id=job.id, token=claim.token, error="late", kind="x", retry_in=None)
+
+
+def test_renew_extends_only_current_leases():
+    job = JobFactory()
+    claim = claim_one(job)
+    job_start(claims=[(job.id, claim.token)], worker="w", ttl=1)
+    assert job_renew(leases=[(job.id, claim.token - 1)], ttl=60) == 0
+    assert job_renew(leases=[(job.id, claim.token)], ttl=60) == 1
+    job.refresh_from_db()
+    assert job.lease_expires_at > timezone.now() + dt.timedelta(seconds=50)
+
+
+def expire(job):
+    Job.objects.filter(id=job.id).update(lease_expires_at=timezone.now() - dt.timedelta(seconds=1))
+
+
+def test_reaper_returns_a_claimed_job_whose_message_was_lost():
+    job = JobFactory()
+    claim = claim_one(job)
+    expire(job)
+    reaped, _ = job_reap_expired(partitions=16, owned=ALL)
+    assert reaped == 1
+    job.refresh_from_db()
+    assert job.state == JobState.SCHEDULED and job.attempts == 0
+    # The stale message can no longer start it.
+    assert job_start(claims=[(job.id, claim.token)], worker="w", ttl=5) == []
+
+
+@pytest.mark.parametrize(
+    ("delivery", "attempts", "max_attempts", "expected"),
+    [
+        ("transactional", 1, 5, JobState.FAILED),
+        ("at_least_once", 1, 5, JobState.FAILED),
+        ("at_most_once", 1, 5, JobState.LOST),
+        ("at_least_once", 5, 5, JobState.DEAD),
+    ],
+)
+def test_reaper_handles_a_lost_running_job_per_delivery_mode(
+    delivery, attempts, max_attempts, expected
+):
+    job = JobFactory(delivery=delivery, max_attempts=max_attempts)
+    claim = claim_one(job)
+    job_start(claims=[(job.id, claim.token)], worker="w", ttl=5)
+    Job.objects.filter(id=job.id).update(attempts=attempts)
+    expire(job)
+    assert job_reap_expired(partitions=16, owned=ALL)[0] == 1
+    job.refresh_from_db()
+    assert job.state == expected
+    assert job.last_error == LEASE_EXPIRED_ERROR
+    assert job.errors[-1]["kind"] == "lease_expired"
+    # The worker that lost the lease can no longer finish it.
+    assert job_succeed(outcomes=[(job.id, claim.token, None)]) == set()
+
+
+def test_reaper_only_touches_owned_partitions_and_reports_the_next_expiry():
+    jobs = [JobFactory() for _ in range(4)]
+    for job in jobs:
+        claim_one(job)
+    Job.objects.filter(id=jobs[0].id).update(
+        lease_expires_at=timezone.now() - dt.timedelta(seconds=1)
+    )
+    other = [p for p in ALL if p != jobs[0].id % 16]
+    reaped, next_ms = job_reap_expired(partitions=16, owned=other)
+    assert reaped == 0 and next_ms is not None
+    reaped, _ = job_reap_expired(partitions=16, owned=[jobs[0].id % 16])
+    assert reaped == 1

@@ -1,0 +1,125 @@
+"""The worker side, run in-process against real PostgreSQL."""
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from tasksapp.executor import execute_batch
+from tasksapp.models import Job, JobState
+from tasksapp.services.transitions import job_claim_due
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def claim_and_run(*jobs):
+    claims = job_claim_due(ids=[j.id for j in jobs], owner="d", ttl=10)
+    return execute_batch([[c.id, c.token, c.run_at_ms] for c in claims])
+
+
+def test_transactional_job_runs_once_and_records_its_result(effects):
+    job = JobFactory()
+    assert claim_and_run(job) == 1
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED and job.result == {"job": job.id}
+    assert job.started_at >= job.run_at and job.finished_at >= job.started_at
+    assert effects.count(job.id) == 1
+
+
+def test_duplicate_message_does_not_start_the_job_twice(effects):
+    job = JobFactory()
+    (claim,) = job_claim_due(ids=[job.id], owner="d", ttl=10)
+    message = [[claim.id, claim.token, claim.run_at_ms]]
+    assert execute_batch(message) == 1
+    assert execute_batch(message) == 0
+    assert effects.count(job.id) == 1
+
+
+def test_lost_lease_rolls_back_a_transactional_handler(effects):
+    job = JobFactory(handler="tests.handlers.recording.steal_lease")
+    claim_and_run(job)
+    job.refresh_from_db()
+    assert job.state == JobState.CLAIMED and job.lease_token == 2  # the new owner's claim
+    assert effects.count(job.id) == 0
+
+
+def test_failure_schedules_the_next_attempt_from_the_policy(effects):
+    job = JobFactory(
+        handler="tests.handlers.recording.fail_until",
+        payload={"succeed_on": 3},
+        retry_policy={"delays": [1, 2, 5, 10, 20]},
+    )
+    before = timezone.now()
+    claim_and_run(job)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and job.attempts == 1
+    assert job.last_error == "RuntimeError: attempt 1 fails"
+    assert (
+        before + dt.timedelta(seconds=1) <= job.run_at <= timezone.now() + dt.timedelta(seconds=1)
+    )
+
+
+def test_dead_after_max_attempts_with_the_last_error(effects):
+    job = JobFactory(
+        handler="tests.handlers.recording.fail_until", max_attempts=3, retry_policy={"delays": [0]}
+    )
+    for _attempt in range(3):
+        Job.objects.filter(id=job.id).update(run_at=timezone.now() - dt.timedelta(seconds=1))
+        job.refresh_from_db()
+        claim_and_run(job)
+    job.refresh_from_db()
+    assert job.state == JobState.DEAD and job.attempts == 3
+    assert job.last_error == "RuntimeError: attempt 3 fails"
+    assert [e["attempt"] for e in job.errors] == [1, 2, 3]
+    assert effects.count(job.id) == 0
+
+
+def test_retry_then_success(effects):
+    job = JobFactory(
+        handler="tests.handlers.recording.fail_until",
+        payload={"succeed_on": 2},
+        retry_policy={"delays": [0]},
+    )
+    claim_and_run(job)
+    Job.objects.filter(id=job.id).update(run_at=timezone.now() - dt.timedelta(seconds=1))
+    job.refresh_from_db()
+    claim_and_run(job)
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED and job.attempts == 2
+    assert effects.count(job.id) == 1
+
+
+def test_time_limit_fails_the_attempt_and_rolls_back(effects):
+    job = JobFactory(
+        handler="tests.handlers.recording.record_slowly",
+        payload={"seconds": 0.3},
+        time_limit=0.1,
+        max_attempts=1,
+    )
+    claim_and_run(job)
+    job.refresh_from_db()
+    assert job.state == JobState.DEAD
+    assert job.last_error.startswith("time limit of 0.1 s exceeded")
+    assert effects.count(job.id) == 0
+
+
+def test_non_json_result_is_a_failure(effects):
+    job = JobFactory(handler="tests.handlers.recording.not_json", max_attempts=1)
+    claim_and_run(job)
+    job.refresh_from_db()
+    assert job.state == JobState.DEAD
+    assert "not JSON-serialisable" in job.last_error
+
+
+@pytest.mark.parametrize("delivery", ["at_least_once", "at_most_once"])
+def test_non_transactional_batch_is_completed_in_bulk(delivery):
+    jobs = [
+        JobFactory(handler="tests.handlers.recording.echo", delivery=delivery, payload={"i": i})
+        for i in range(20)
+    ]
+    assert claim_and_run(*jobs) == 20
+    done = Job.objects.filter(state=JobState.SUCCEEDED)
+    assert done.count() == 20
+    job = done.get(id=jobs[3].id)
+    assert job.result == {"payload": {"i": 3}, "attempt": 1, "key": job.idempotency_key}
