@@ -133,8 +133,22 @@ TEMPO = {
     # Most job ids in one broker message, and how many messages a due batch is split into.
     "MAX_BATCH": env.int("TEMPO_MAX_BATCH", default=250),
     "FANOUT": env.int("TEMPO_FANOUT", default=32),
+    # Backpressure: claim only while fewer messages than this wait in the queue.
+    "MAX_QUEUED_MESSAGES": env.int("TEMPO_MAX_QUEUED_MESSAGES", default=64),
     "QUEUE": env.str("TEMPO_QUEUE", default="tempo"),
 }
 
 # Long-running processes (dispatcher, workers) keep their connection between turns.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=600)
+
+# --- Probabilistic planning (tasksapp.planning, docs/PLANNING.md) --------------------
+TEMPO_PLANNING = {
+    # How new members get their phase: "golden" (low-discrepancy, even) or "random".
+    "PHASE_STRATEGY": env.str("TEMPO_PHASE_STRATEGY", default="golden"),
+    # Each planner run plans every slice that starts before now + this. The beat runs the
+    # planner daily, so one day plus slack: a late beat run still finds everything planned.
+    "HORIZON_SECONDS": env.float("TEMPO_PLANNING_HORIZON_SECONDS", default=26 * 3600.0),
+    # Catch-up after an outage: an occurrence at most this far in the past is still
+    # planned (it runs at once); older ones are counted as missed, never run in a burst.
+    "LATE_GRACE_SECONDS": env.float("TEMPO_PLANNING_LATE_GRACE_SECONDS", default=900.0),
+}

@@ -120,12 +120,16 @@ DB_CLOCK_MS = "SELECT extract(epoch FROM clock_timestamp()) * 1000"
 PARTITION_LOCK_CLASS = 7_316_001
 DISPATCHER_LOCK_CLASS = 7_316_002
 
+# pg_locks spans the whole server: only this database's advisory locks count.
 LIVE_DISPATCHERS_AND_HELD_PARTITIONS = """
+WITH ours AS (
+    SELECT classid, objid, pid FROM pg_locks
+    WHERE locktype = 'advisory' AND granted
+      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+)
 SELECT
-  COALESCE((SELECT array_agg(pid) FROM pg_locks
-   WHERE locktype = 'advisory' AND classid = %(dispatcher_class)s AND granted), '{}'),
-  COALESCE((SELECT array_agg(objid::int) FROM pg_locks
-   WHERE locktype = 'advisory' AND classid = %(partition_class)s AND granted), '{}'),
+  COALESCE((SELECT array_agg(pid) FROM ours WHERE classid = %(dispatcher_class)s), '{}'),
+  COALESCE((SELECT array_agg(objid::int) FROM ours WHERE classid = %(partition_class)s), '{}'),
   extract(epoch FROM clock_timestamp()) * 1000
 """
 

@@ -1,8 +1,9 @@
 """Celery tasks: thin adapters over services."""
 
 from celery import shared_task
+from celery.signals import worker_process_init, worker_ready
 
-from tasksapp.executor import execute_batch
+from tasksapp.executor import execute_batch, lease_keeper
 
 RUN_JOBS = "tasksapp.run_jobs"
 
@@ -11,3 +12,27 @@ RUN_JOBS = "tasksapp.run_jobs"
 def run_jobs(claims: list[list[int]]) -> int:
     """Run a batch of claimed jobs: [[job id, fencing token, run_at ms], ...]."""
     return execute_batch(claims)
+
+
+@worker_ready.connect
+def _start_lease_keeper(sender=None, **kwargs) -> None:
+    """Threads/solo pools run jobs in this process: heartbeat from the start."""
+    pool = getattr(sender, "pool", None)
+    if type(pool).__module__ != "celery.concurrency.prefork":
+        lease_keeper()
+
+
+@worker_process_init.connect
+def _start_lease_keeper_in_child(**kwargs) -> None:
+    lease_keeper()
+
+
+PLAN_DUE_SLICES = "tasksapp.plan_due_slices"
+
+
+@shared_task(name=PLAN_DUE_SLICES, ignore_result=True)
+def plan_due_slices_task() -> dict:
+    """The daily planner (django-celery-beat): plan every slice that is due."""
+    from tasksapp.services.planning import plan_due_slices
+
+    return plan_due_slices().as_dict()

@@ -89,6 +89,13 @@ class PostgresCoordinator:
         live_pids, held, db_ms = row
         self._observe_clock(before, after, float(db_ms))
         target = partition_targets(self.partitions, list(live_pids or []), self._pid)
+        log.debug(
+            "rebalance: live=%s me=%s target=%s owned=%s",
+            live_pids,
+            self._pid,
+            target,
+            sorted(self.owned),
+        )
         change = Rebalance()
         if len(self.owned) > target:
             change.released = sorted(self.owned)[target:]

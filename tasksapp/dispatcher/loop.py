@@ -14,7 +14,7 @@ import signal
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, connection
@@ -30,7 +30,6 @@ from tasksapp.services.transitions import Claim, job_claim_due, job_poll_due, jo
 
 log = logging.getLogger(__name__)
 
-Publisher = Callable[[list[list[int]]], None]
 COUNTER_FIELDS = (
     "polls",
     "rows_fetched",
@@ -44,20 +43,32 @@ COUNTER_FIELDS = (
 )
 HEARTBEAT_SECONDS = 10.0
 MAX_WAIT_SECONDS = 0.5  # wake up at least this often to notice signals
+BACKPRESSURE_RETRY_MS = 10
 
 
-def celery_publisher() -> Publisher:
-    from schedapp.celery import app
-    from tasksapp.tasks import RUN_JOBS
+class CeleryPublisher:
+    """Sends claimed batches to the workers' queue and reports its backlog."""
 
-    queue = settings.TEMPO["QUEUE"]
+    def __init__(self) -> None:
+        from schedapp.celery import app
 
-    def publish(chunks: list[list[int]]) -> None:
-        with app.producer_or_acquire() as producer:
-            for chunk in chunks:
-                app.send_task(RUN_JOBS, args=[chunk], queue=queue, producer=producer)
+        self.app = app
+        self.queue = settings.TEMPO["QUEUE"]
 
-    return publish
+    def __call__(self, batches: list[list[list[int]]]) -> None:
+        from tasksapp.tasks import RUN_JOBS
+
+        with self.app.producer_or_acquire() as producer:
+            for batch in batches:
+                self.app.send_task(RUN_JOBS, args=[batch], queue=self.queue, producer=producer)
+
+    def backlog(self) -> int | None:
+        """Messages waiting in the queue, or None if the broker cannot tell."""
+        try:
+            with self.app.pool.acquire(block=True) as conn:
+                return conn.default_channel.queue_declare(self.queue, passive=True).message_count
+        except Exception:  # an unknown queue (nothing sent yet) or a broker hiccup
+            return None
 
 
 def split_batches(claims: Sequence[Claim], *, fanout: int, max_batch: int) -> list[list[list[int]]]:
@@ -71,12 +82,13 @@ def split_batches(claims: Sequence[Claim], *, fanout: int, max_batch: int) -> li
 
 
 class DispatcherLoop:
-    def __init__(self, *, name: str | None = None, publisher: Publisher | None = None) -> None:
+    def __init__(self, *, name: str | None = None, publisher=None) -> None:
         cfg = settings.TEMPO
         self.cfg = cfg
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.partitions = cfg["PARTITIONS"]
-        self.publisher = publisher or celery_publisher()
+        self.publisher = publisher or CeleryPublisher()
+        self.ready: dict[int, int] = {}  # due, not yet claimed (held back by backpressure)
         self.uses_notify = connection.vendor == "postgresql"
         if self.uses_notify and cfg["LOOKAHEAD_SECONDS"] > sql.NOTIFY_WINDOW_SECONDS:
             raise ValueError(
@@ -131,6 +143,7 @@ class DispatcherLoop:
         """Hand back everything held: unclaimed timers are dropped (they stay `scheduled`
         in the database), partition locks are released with the session."""
         self.wheel = TimingWheel(start_ms=int(time.time() * 1000))
+        self.ready = {}
         if self.coordinator is not None:
             self.coordinator.close()
         try:
@@ -179,6 +192,7 @@ class DispatcherLoop:
                 log.debug("closing the coordination session failed", exc_info=True)
         connection.close()
         self.wheel = TimingWheel(start_ms=int(time.time() * 1000))
+        self.ready = {}
         time.sleep(1.0)
 
     def _coordinate(self) -> None:
@@ -187,6 +201,9 @@ class DispatcherLoop:
         if change.released:
             released = set(change.released)
             self.wheel.remove_where(lambda key: key % self.partitions in released)
+            self.ready = {
+                k: v for k, v in self.ready.items() if k % self.partitions not in released
+            }
         if change.gained:
             log.info("dispatcher %s: took partitions %s", self.name, change.gained)
             self.horizon_ms, self.cursor, self.next_poll = -math.inf, None, 0.0
@@ -223,9 +240,16 @@ class DispatcherLoop:
         self.next_poll = now + interval * 1000
 
     def _dispatch_due(self) -> None:
-        due = self.wheel.pop_due(int(self.now_ms()))
-        if not due:
+        for job_id in self.wheel.pop_due(int(self.now_ms())):
+            self.ready[job_id] = 1
+        if not self.ready:
             return
+        room = self._room()
+        if room <= 0:
+            return
+        due = list(self.ready)[:room]
+        for job_id in due:
+            del self.ready[job_id]
         claims = job_claim_due(ids=due, owner=self.name, ttl=self.cfg["CLAIM_TTL_SECONDS"])
         self.counters.update(statements=1, claims=len(claims), claims_lost=len(due) - len(claims))
         batches = split_batches(claims, fanout=self.cfg["FANOUT"], max_batch=self.cfg["MAX_BATCH"])
@@ -234,6 +258,16 @@ class DispatcherLoop:
         if claims:
             check_at = self.now_ms() + self.cfg["CLAIM_TTL_SECONDS"] * 1000 + 500
             self.next_reap = min(self.next_reap or math.inf, check_at)
+
+    def _room(self) -> int:
+        """How many due jobs may be claimed now. Claiming faster than the workers start
+        jobs would only let claims expire in the queue and be claimed again."""
+        backlog_of = getattr(self.publisher, "backlog", None)
+        backlog = backlog_of() if backlog_of else None
+        if backlog is None:
+            return len(self.ready)
+        free_messages = self.cfg["MAX_QUEUED_MESSAGES"] - backlog
+        return max(0, free_messages) * self.cfg["MAX_BATCH"]
 
     def _reap(self) -> None:
         reaped, next_expiry_ms = job_reap_expired(partitions=self.partitions, owned=self._owned())
@@ -268,6 +302,8 @@ class DispatcherLoop:
         wheel_next = self.wheel.next_expiration()
         if wheel_next is not None:
             deadlines.append(wheel_next)
+        if self.ready:  # held back: look at the queue again shortly
+            deadlines.append(self.now_ms() + BACKPRESSURE_RETRY_MS)
         timeout = min(MAX_WAIT_SECONDS, (min(deadlines) - self.now_ms()) / 1000)
         if timeout <= 0:
             return
@@ -282,6 +318,7 @@ class DispatcherLoop:
             return
         if tail == "x":
             self.wheel.remove(job_id)
+            self.ready.pop(job_id, None)
         elif int(tail) < self.horizon_ms:
             self.wheel.add(job_id, int(tail))
 

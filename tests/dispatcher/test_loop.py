@@ -135,3 +135,27 @@ def test_split_batches_fans_out_small_batches_and_packs_large_ones():
     many = [Claim(i, 1, 1000) for i in range(100_000)]
     batches = split_batches(many, fanout=32, max_batch=250)
     assert len(batches) == 400 and all(len(b) == 250 for b in batches)
+
+
+class SlowQueue(RecordingPublisher):
+    """A broker whose queue is full until `drained` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = 10_000
+
+    def backlog(self) -> int:
+        return self.waiting
+
+
+def test_backpressure_holds_due_jobs_until_the_queue_drains(loops, fast):
+    broker = SlowQueue()
+    job = schedule(-0.01)
+    loop = loops("d1", broker)
+    for _ in range(5):
+        loop.step(wait=True)
+    assert broker.claims == [] and job.id in loop.ready
+    assert Job.objects.get(id=job.id).state == JobState.SCHEDULED  # not claimed meanwhile
+    broker.waiting = 0
+    run_until(lambda: broker.claims, loop)
+    assert broker.claims[0][0] == job.id

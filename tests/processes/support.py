@@ -1,0 +1,275 @@
+"""Start and stop real dispatcher and worker processes, and private server instances."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[2]
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(
+    predicate: Callable[[], object],
+    *,
+    timeout: float,
+    interval: float = 0.2,
+    message: str = "condition",
+) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{message} not reached within {timeout} s")
+
+
+class Cluster:
+    """Dispatchers and Celery workers as real processes sharing one database and broker."""
+
+    def __init__(
+        self, *, database_url: str, broker_url: str, queue: str, logs: Path, **settings: str
+    ) -> None:
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "CELERY_BROKER_URL": broker_url,
+            "TEMPO_QUEUE": queue,
+            "DJANGO_SECRET_KEY": "test-only-secret",
+            "PYTHONPATH": str(ROOT),
+            "TEMPO_COORDINATION_SECONDS": "0.5",
+            "TEMPO_CLAIM_TTL_SECONDS": "4",
+            "TEMPO_RUN_LEASE_SECONDS": "3",
+            **settings,
+        }
+        self.queue = queue
+        self.logs = logs
+        self.processes: dict[str, subprocess.Popen] = {}
+
+    def _start(self, name: str, args: list[str]) -> subprocess.Popen:
+        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
+        process = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.processes[name] = process
+        return process
+
+    def dispatcher(self, name: str) -> subprocess.Popen:
+        return self._start(name, [sys.executable, "manage.py", "dispatcher", "--name", name])
+
+    def worker(self, name: str, *, concurrency: int = 4) -> subprocess.Popen:
+        celery = str(Path(sys.executable).with_name("celery"))
+        return self._start(
+            name,
+            [
+                celery,
+                "-A",
+                "schedapp",
+                "worker",
+                "-Q",
+                self.queue,
+                "-P",
+                "threads",
+                "-c",
+                str(concurrency),
+                "-n",
+                f"{name}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--loglevel=WARNING",
+            ],
+        )
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        self.processes[name].send_signal(sig)
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def log(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text(errors="replace")
+
+
+def _as_postgres(args: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
+
+
+class PrivatePostgres:
+    """A PostgreSQL server of the test's own, on its own port, so it can be restarted."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory / "pgdata"
+        self.port = free_port()
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/tempo"
+
+    def _run(self, *args: str) -> None:
+        subprocess.run(_as_postgres(list(args)), check=True, capture_output=True)
+
+    def start(self) -> PrivatePostgres:
+        self.dir.mkdir(parents=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.dir.parent, "postgres")
+            shutil.chown(self.dir, "postgres")
+        self._run(
+            str(PG_BIN / "initdb"),
+            "-D",
+            str(self.dir),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+        )
+        self._pg_ctl("start")
+        with psycopg.connect(
+            f"postgres://postgres@127.0.0.1:{self.port}/postgres", autocommit=True
+        ) as conn:
+            conn.execute("CREATE DATABASE tempo")
+        return self
+
+    def _pg_ctl(self, action: str, *extra: str) -> None:
+        options = f"-p {self.port} -k /tmp -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(
+            str(PG_BIN / "pg_ctl"),
+            "-D",
+            str(self.dir),
+            "-o",
+            options,
+            "-w",
+            "-l",
+            str(self.dir / "server.log"),
+            action,
+            *extra,
+        )
+
+    def restart(self) -> None:
+        self._pg_ctl("restart", "-m", "fast")
+
+    def stop(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self._pg_ctl("stop", "-m", "immediate")
+
+
+class PrivateRedis:
+    """A Redis server of the test's own, on its own port, so it can be flushed."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> PrivateRedis:
+        self.process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        import redis
+
+        client = redis.Redis(port=self.port)
+        wait_for(lambda: _pings(client), timeout=10, message="private redis")
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+
+
+def _pings(client) -> bool:
+    try:
+        return bool(client.ping())
+    except Exception:
+        return False
+
+
+def migrate(database_url: str) -> None:
+    env = {**os.environ, "DATABASE_URL": database_url, "DJANGO_SECRET_KEY": "test-only-secret"}
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+
+
+INSERT_JOBS = """
+INSERT INTO tasksapp_job (handler, payload, run_at, state, attempts, max_attempts,
+    retry_policy, delivery, idempotency_key, lease_token, claimed_by, last_error, errors)
+SELECT %(handler)s, '{}', clock_timestamp() + make_interval(secs => %(start)s + i * %(step)s),
+    'scheduled', 0, 5, '{"delays": [0.5, 1, 2]}', %(delivery)s, md5(random()::text || i), 0,
+    '', '', '[]'
+FROM generate_series(0, %(count)s - 1) AS i
+"""
+
+EFFECTS_TABLE = """
+CREATE TABLE IF NOT EXISTS test_effects (
+    id bigserial PRIMARY KEY, job_id bigint NOT NULL, attempt int NOT NULL,
+    executed_at timestamptz NOT NULL DEFAULT clock_timestamp())
+"""
+
+
+def insert_jobs(
+    conn: psycopg.Connection,
+    *,
+    count: int,
+    start: float,
+    spread: float,
+    handler: str = "tests.handlers.recording.record",
+    delivery: str = "transactional",
+) -> None:
+    """`count` jobs due from `start` s from now, evenly over `spread` s (one statement)."""
+    conn.execute(
+        INSERT_JOBS,
+        {
+            "handler": handler,
+            "start": start,
+            "step": spread / count,
+            "count": count,
+            "delivery": delivery,
+        },
+    )
+
+
+def outcome(conn: psycopg.Connection) -> dict[str, int]:
+    rows = conn.execute("SELECT state, count(*) FROM tasksapp_job GROUP BY state").fetchall()
+    return dict(rows)
+
+
+def effect_counts(conn: psycopg.Connection) -> dict[int, int]:
+    rows = conn.execute("SELECT job_id, count(*) FROM test_effects GROUP BY job_id").fetchall()
+    return dict(rows)
