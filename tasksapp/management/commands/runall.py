@@ -1,0 +1,137 @@
+"""Run the whole service from one terminal: migrate, make sure an admin user exists, load
+the demo jobs, then run web, dispatcher, worker and beat as child processes until
+SIGINT/SIGTERM (forwarded to each child) or until one of them exits by itself."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connections
+
+BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+STOP_TIMEOUT_SECONDS = 30
+ANNOUNCE_AFTER_SECONDS = 5.0  # print the URL below the start-up banners of the children
+ERR_PORT_IN_USE = "port {port} is already in use: stop what runs there or pass --port"
+ERR_CHILD_EXITED = "{name} exited unexpectedly (code {code}); the other processes were stopped"
+
+
+def child_commands(*, port: int) -> dict[str, list[str]]:
+    manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
+    celery = [sys.executable, "-m", "celery", "-A", "schedapp"]
+    queue = settings.TEMPO["QUEUE"]
+    return {
+        "web": [*manage, "runserver", f"127.0.0.1:{port}", "--noreload"],
+        "dispatcher": [*manage, "dispatcher"],
+        "worker": [*celery, *f"worker -Q {queue} -P threads -c 4 --loglevel=INFO".split()],
+        "beat": [*celery, *f"beat --loglevel=INFO --scheduler {BEAT_SCHEDULER}".split()],
+    }
+
+
+def port_open(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+    except OSError:
+        return False
+    return True
+
+
+class Command(BaseCommand):
+    help = "Run web, dispatcher, worker and beat together (the embedded default of bin/run)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--port", type=int, default=8000, help="Web port (127.0.0.1).")
+        parser.add_argument("--no-demo", action="store_true", help="Do not load demo jobs.")
+
+    def handle(self, *args, port, no_demo, **options):
+        if port_open(port):
+            raise CommandError(ERR_PORT_IN_USE.format(port=port))
+        self._prepare_folders()
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)
+        login = self._ensure_admin()
+        if not no_demo:
+            call_command("load_demo")
+        connections.close_all()  # the children open their own
+        self.signum: int | None = None
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        children = self._start(port)
+        exited = self._watch(children, port=port, login=login)
+        self._stop(children, self.signum or signal.SIGTERM)
+        if exited:
+            code = children[exited].returncode
+            raise CommandError(ERR_CHILD_EXITED.format(name=exited, code=code))
+
+    def _prepare_folders(self) -> None:
+        Path(settings.DATA_DIR).mkdir(parents=True, exist_ok=True)
+        options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {})
+        for key in ("data_folder_in", "data_folder_out", "processed_folder"):
+            if options.get(key):  # the filesystem broker's folders
+                Path(options[key]).mkdir(parents=True, exist_ok=True)
+
+    def _ensure_admin(self) -> str:
+        """Create superuser `admin` if there is no superuser; return how to log in."""
+        users = get_user_model().objects
+        if users.filter(is_superuser=True).exists():
+            return "an admin user exists already (reset: manage.py changepassword admin)"
+        given = os.environ.get("TEMPO_ADMIN_PASSWORD")
+        password = given or secrets.token_urlsafe(12)
+        users.create_superuser(username="admin", email="", password=password)
+        if given:
+            return "user admin, password from TEMPO_ADMIN_PASSWORD"
+        return f"user admin, password {password}  (generated, shown only this once)"
+
+    def _on_signal(self, signum, frame) -> None:
+        self.signum = signum
+
+    def _start(self, port: int) -> dict[str, subprocess.Popen]:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # Own process groups: a Ctrl-C in the terminal reaches this process only, which
+        # forwards it once to each child.
+        return {
+            name: subprocess.Popen(
+                command, cwd=settings.BASE_DIR, env=env, stdin=subprocess.DEVNULL, process_group=0
+            )
+            for name, command in child_commands(port=port).items()
+        }
+
+    def _watch(self, children: dict[str, subprocess.Popen], *, port: int, login: str) -> str | None:
+        """Wait for a signal (returns None) or a child's exit (returns its name)."""
+        announced, started = False, time.monotonic()
+        while self.signum is None:
+            for name, child in children.items():
+                if child.poll() is not None:
+                    return name
+            settled = time.monotonic() - started > ANNOUNCE_AFTER_SECONDS
+            if not announced and settled and port_open(port):
+                announced = True
+                self.stdout.write(self.style.SUCCESS(f"\nTempo runs at http://127.0.0.1:{port}/"))
+                self.stdout.write(f"  admin login: {login}\n  stop with Ctrl-C\n")
+                self.stdout.flush()
+            time.sleep(0.2)
+        return None
+
+    def _stop(self, children: dict[str, subprocess.Popen], signum: int) -> None:
+        for child in children.values():
+            if child.poll() is None:
+                child.send_signal(signum)
+        deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+        for name, child in children.items():
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.stderr.write(f"{name} did not stop within {STOP_TIMEOUT_SECONDS} s: killed")
+                child.kill()
+                child.wait()
+        self.stdout.write("all processes stopped")

@@ -1,0 +1,158 @@
+"""The embedded default (`manage.py runall`, what bin/run starts): on SQLite and the
+filesystem broker the demo jobs run, the admin answers, SIGTERM stops every child, and
+a child that dies takes the others down with it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.processes
+
+
+@dataclass
+class Run:
+    proc: subprocess.Popen
+    port: int
+    log: Path
+    database: Path
+    children: list[int] = field(default_factory=list)  # recorded while all are running
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def embedded_env(data_dir: Path) -> dict[str, str]:
+    env = {**os.environ, "TEMPO_EMBEDDED": "1", "TEMPO_DATA_DIR": str(data_dir)}
+    env.pop("DJANGO_DEBUG", None)
+    # The embedded defaults, spelled out so that a .env file cannot replace them.
+    env["DATABASE_URL"] = f"sqlite:///{data_dir / 'tempo.sqlite3'}"
+    env["CELERY_BROKER_URL"] = "filesystem://"
+    return env
+
+
+def _proc(pid: int, name: str) -> str:
+    try:
+        return (Path("/proc") / str(pid) / name).read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _state_and_parent(pid: int) -> tuple[str, int] | None:
+    fields = _proc(pid, "stat").rsplit(")", 1)[-1].split()  # after "pid (command)"
+    return (fields[0], int(fields[1])) if len(fields) > 1 else None
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        stat = _state_and_parent(int(entry.name)) if entry.name.isdigit() else None
+        if stat:
+            children.setdefault(stat[1], []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def alive(pid: int) -> bool:
+    stat = _state_and_parent(pid)
+    return stat is not None and stat[0] != "Z"
+
+
+def wait_for(run: Run, what: str, check: Callable[[], object], seconds: float = 60) -> object:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if result := check():
+            return result
+        time.sleep(0.25)
+    pytest.fail(f"{what} within {seconds} s; runall's output:\n{run.log.read_text()[-4000:]}")
+
+
+def succeeded_jobs(database: Path) -> int:
+    if not database.exists():
+        return 0
+    try:
+        with contextlib.closing(sqlite3.connect(database, timeout=5)) as db:
+            query = "SELECT count(*) FROM tasksapp_job WHERE state = 'succeeded'"
+            return db.execute(query).fetchone()[0]
+    except sqlite3.OperationalError:  # not migrated yet
+        return 0
+
+
+def http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status
+    except OSError:
+        return 0
+
+
+@pytest.fixture
+def run(tmp_path):
+    """`manage.py runall` on a free port with its own data folder; killed if still there."""
+    port, log = free_port(), tmp_path / "runall.log"
+    command = [sys.executable, "manage.py", "runall", "--port", str(port)]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            command, cwd=BASE_DIR, env=embedded_env(tmp_path), stdout=out, stderr=out
+        )
+    run = Run(proc=proc, port=port, log=log, database=tmp_path / "tempo.sqlite3")
+    yield run
+    for pid in [*descendants(proc.pid), *run.children]:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def test_runall_runs_demo_jobs_serves_admin_and_stops_all_children(run):
+    wait_for(run, "no demo job succeeded", lambda: succeeded_jobs(run.database), seconds=90)
+    login_page = run.url("/admin/login/")
+    wait_for(run, "/admin/login/ did not answer 200", lambda: http_status(login_page) == 200)
+    assert http_status(run.url("/static/admin/css/base.css")) == 200
+    assert http_status(run.url("/")) == 200  # redirected to the admin's login page
+
+    run.children = descendants(run.proc.pid)
+    assert len(run.children) >= 4, "web, dispatcher, worker and beat"
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.proc.wait(timeout=60) == 0, run.log.read_text()[-4000:]
+    assert [pid for pid in run.children if alive(pid)] == []
+    assert "did not stop" not in run.log.read_text()  # each child stopped by itself
+
+
+def test_runall_stops_everything_when_one_child_dies(run):
+    def dispatcher_pid() -> int | None:
+        pids = descendants(run.proc.pid)
+        return next((p for p in pids if "dispatcher" in _proc(p, "cmdline")), None)
+
+    pid = wait_for(run, "no dispatcher started", dispatcher_pid)
+    wait_for(run, "not all children started", lambda: len(descendants(run.proc.pid)) >= 4)
+    run.children = descendants(run.proc.pid)
+    os.kill(pid, signal.SIGKILL)
+
+    assert run.proc.wait(timeout=60) == 1
+    assert [p for p in run.children if alive(p)] == []
+    assert "dispatcher exited unexpectedly" in run.log.read_text()
