@@ -56,11 +56,23 @@ class CeleryPublisher:
         self.queue = settings.TEMPO["QUEUE"]
 
     def __call__(self, batches: list[list[list[int]]]) -> None:
+        from celery.utils import uuid
+
         from tasksapp.tasks import RUN_JOBS
 
+        # Straight to the queue (anonymous exchange): no exchange binding in the broker is
+        # needed, so a broker that lost its keys (FLUSHALL, restart) still gets messages.
         with self.app.producer_or_acquire() as producer:
             for batch in batches:
-                self.app.send_task(RUN_JOBS, args=[batch], queue=self.queue, producer=producer)
+                message = self.app.amqp.create_task_message(uuid(), RUN_JOBS, [batch], {})
+                producer.publish(
+                    message.body,
+                    exchange="",
+                    routing_key=self.queue,
+                    serializer="json",
+                    headers=message.headers,
+                    **message.properties,
+                )
 
     def backlog(self) -> int | None:
         """Messages waiting in the queue, or None if the broker cannot tell."""

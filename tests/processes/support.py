@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -127,8 +128,11 @@ def _as_postgres(args: list[str]) -> list[str]:
 class PrivatePostgres:
     """A PostgreSQL server of the test's own, on its own port, so it can be restarted."""
 
-    def __init__(self, directory: Path) -> None:
-        self.dir = directory / "pgdata"
+    def __init__(self) -> None:
+        # Not under pytest's tmp_path: its parents are private to root, and the server
+        # must run as the postgres user when the tests run as root.
+        self.root = Path(tempfile.mkdtemp(prefix="tempo-pg-"))
+        self.dir = self.root / "pgdata"
         self.port = free_port()
         self.url = f"postgres://postgres@127.0.0.1:{self.port}/tempo"
 
@@ -138,7 +142,7 @@ class PrivatePostgres:
     def start(self) -> PrivatePostgres:
         self.dir.mkdir(parents=True)
         if os.geteuid() == 0:
-            shutil.chown(self.dir.parent, "postgres")
+            shutil.chown(self.root, "postgres")
             shutil.chown(self.dir, "postgres")
         self._run(
             str(PG_BIN / "initdb"),
@@ -178,6 +182,7 @@ class PrivatePostgres:
     def stop(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError):
             self._pg_ctl("stop", "-m", "immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 class PrivateRedis:
