@@ -12,24 +12,28 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
+
+Bucket = dict[Hashable, int]  # key -> due time (ms)
 
 
 class _Level:
-    __slots__ = ("tick", "size", "span", "current", "buckets", "expirations", "upper")
+    __slots__ = ("tick", "size", "span", "current", "end", "buckets", "expirations", "upper")
 
     def __init__(self, tick: int, size: int, start: int) -> None:
         self.tick = tick
         self.size = size
         self.span = tick * size
         self.current = start - start % tick
-        self.buckets: list[dict[Hashable, int]] = [{} for _ in range(size)]
+        self.end = self.current + self.span  # timers due from here on go to a higher level
+        self.buckets: list[Bucket] = [{} for _ in range(size)]
         self.expirations = [-1] * size
         self.upper: _Level | None = None
 
     def advance(self, time_ms: int) -> None:
         if time_ms >= self.current + self.tick:
             self.current = time_ms - time_ms % self.tick
+            self.end = self.current + self.span
             if self.upper is not None:
                 self.upper.advance(self.current)
 
@@ -41,37 +45,33 @@ class TimingWheel:
         self._root = _Level(tick_ms, size, start_ms)
         self._heap: list[tuple[int, int, _Level, int]] = []  # (expiration, seq, level, index)
         self._seq = 0
-        self._where: dict[Hashable, tuple[_Level, int, int]] = {}  # key -> (level, index, due)
-        self._expired: dict[Hashable, int] = {}  # due already when added or cascaded
+        self._expired: Bucket = {}  # due already when added or cascaded
+        self._where: dict[Hashable, Bucket] = {}  # key -> the bucket (or _expired) holding it
 
     def __len__(self) -> int:
-        return len(self._where) + len(self._expired)
+        return len(self._where)
 
     def __contains__(self, key: Hashable) -> bool:
-        return key in self._where or key in self._expired
+        return key in self._where
 
     def keys(self) -> Iterator[Hashable]:
         yield from list(self._where)
-        yield from list(self._expired)
 
     def add(self, key: Hashable, due_ms: int) -> bool:
         """Hold `key` until `due_ms`. Returns False if it was already held for that time."""
-        held = self._where.get(key)
-        if held is not None and held[2] == due_ms or self._expired.get(key) == due_ms:
-            return False
-        self.remove(key)
-        self._place(key, due_ms)
+        bucket = self._where.get(key)
+        if bucket is not None:
+            if bucket[key] == due_ms:
+                return False
+            del bucket[key]  # `_place` repoints `_where`
+        self._place(((key, due_ms),))
         return True
 
     def remove(self, key: Hashable) -> bool:
-        if key in self._expired:
-            del self._expired[key]
-            return True
-        held = self._where.pop(key, None)
-        if held is None:
+        bucket = self._where.pop(key, None)
+        if bucket is None:
             return False
-        level, index, _ = held
-        del level.buckets[index][key]
+        del bucket[key]
         return True
 
     def remove_where(self, predicate: Callable[[Hashable], bool]) -> int:
@@ -84,53 +84,71 @@ class TimingWheel:
         """Earliest time (ms) at which `pop_due` may return something or must cascade."""
         if self._expired:
             return self._root.current
-        while self._heap:
-            expiration, _, level, index = self._heap[0]
-            if level.expirations[index] == expiration and level.buckets[index]:
-                return expiration
-            heapq.heappop(self._heap)  # stale entry: bucket emptied or reused
+        heap = self._heap
+        while heap:
+            expiration, _, level, index = heap[0]
+            if level.expirations[index] == expiration:
+                if level.buckets[index]:
+                    return expiration
+                level.expirations[index] = -1  # emptied by remove: the next add must re-enter it
+            heapq.heappop(heap)  # stale entry: bucket emptied or reused
         return None
 
     def pop_due(self, now_ms: int) -> list[Hashable]:
         """Remove and return every key whose bucket has expired by `now_ms`."""
-        due = list(self._expired)
-        self._expired.clear()
-        while self._heap and self._heap[0][0] <= now_ms:
-            expiration, _, level, index = heapq.heappop(self._heap)
+        root, heap, where = self._root, self._heap, self._where
+        due: list[Hashable] = []
+        self._take_expired(due)
+        while heap and heap[0][0] <= now_ms:
+            expiration, _, level, index = heapq.heappop(heap)
             if level.expirations[index] != expiration:
                 continue
             bucket = level.buckets[index]
             level.buckets[index] = {}
             level.expirations[index] = -1
-            self._root.advance(expiration)
-            for key, key_due in bucket.items():
-                del self._where[key]
-                self._place(key, key_due)
-            due.extend(self._expired)
-            self._expired.clear()
-        self._root.advance(now_ms)
+            root.advance(expiration)
+            if level is root:
+                # A root bucket spans one tick, which has just started: all of it is due.
+                for key in bucket:
+                    del where[key]
+                due.extend(bucket)
+            else:
+                # Cascade: each key moves down to a finer level, or is due now.
+                self._place(bucket.items())
+                self._take_expired(due)
+        root.advance(now_ms)
         return due
 
-    def _place(self, key: Hashable, due_ms: int) -> None:
-        level = self._root
-        while True:
-            if due_ms < level.current + level.tick:
-                self._expired[key] = due_ms
-                return
-            if due_ms < level.current + level.span:
-                self._put(level, key, due_ms)
-                return
-            if level.upper is None:
-                level.upper = _Level(level.span, level.size, level.current)
-            level = level.upper
+    def _take_expired(self, due: list[Hashable]) -> None:
+        if self._expired:
+            for key in self._expired:
+                del self._where[key]
+            due.extend(self._expired)
+            self._expired.clear()
 
-    def _put(self, level: _Level, key: Hashable, due_ms: int) -> None:
-        virtual = due_ms // level.tick
-        index = virtual % level.size
-        level.buckets[index][key] = due_ms
-        self._where[key] = (level, index, due_ms)
-        expiration = virtual * level.tick
-        if level.expirations[index] != expiration:
-            level.expirations[index] = expiration
-            self._seq += 1
-            heapq.heappush(self._heap, (expiration, self._seq, level, index))
+    def _place(self, timers: Iterable[tuple[Hashable, int]]) -> None:
+        """File each (key, due) in its bucket, or as expired if its time has come."""
+        root, where, expired, heap = self._root, self._where, self._expired, self._heap
+        due_before = root.current + root.tick
+        for key, due_ms in timers:
+            if due_ms < due_before:
+                expired[key] = due_ms
+                where[key] = expired
+                continue
+            # Beyond the root's span, a timer goes to the first level whose span reaches
+            # it; it is never due there, since a level's tick is the span of the one below.
+            level = root
+            while due_ms >= level.end:
+                if level.upper is None:
+                    level.upper = _Level(level.span, level.size, level.current)
+                level = level.upper
+            virtual = due_ms // level.tick
+            index = virtual % level.size
+            bucket = level.buckets[index]
+            bucket[key] = due_ms
+            where[key] = bucket
+            expiration = virtual * level.tick
+            if level.expirations[index] != expiration:
+                level.expirations[index] = expiration
+                self._seq += 1
+                heapq.heappush(heap, (expiration, self._seq, level, index))
