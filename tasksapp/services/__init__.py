@@ -3,3 +3,29 @@
 from .jobs import JobInputError, job_cancel, job_retry, job_schedule
 
 __all__ = ["JobInputError", "job_cancel", "job_retry", "job_schedule"]
+
+from .planning import (  # noqa: E402
+    PlanningInputError,
+    member_activate,
+    member_create,
+    member_create_many,
+    member_deactivate,
+    member_delete,
+    plan_due_slices,
+    recurring_task_create,
+    recurring_task_update,
+    slice_plan,
+)
+
+__all__ += [
+    "PlanningInputError",
+    "member_activate",
+    "member_create",
+    "member_create_many",
+    "member_deactivate",
+    "member_delete",
+    "plan_due_slices",
+    "recurring_task_create",
+    "recurring_task_update",
+    "slice_plan",
+]

@@ -1,0 +1,1 @@
+"""Reads. Entry points (views, admin, API, commands) call these; they never write."""
