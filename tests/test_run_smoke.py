@@ -83,11 +83,13 @@ def alive(pid: int) -> bool:
 
 def wait_for(run: Run, what: str, check: Callable[[], object], seconds: float = 60) -> object:
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and run.proc.poll() is None:
         if result := check():
             return result
         time.sleep(0.25)
-    pytest.fail(f"{what} within {seconds} s; runall's output:\n{run.log.read_text()[-4000:]}")
+    ended = "" if run.proc.poll() is None else f" (runall exited with {run.proc.returncode})"
+    output = run.log.read_text()[-4000:]
+    pytest.fail(f"{what} within {seconds} s{ended}; runall's output:\n{output}")
 
 
 def succeeded_jobs(database: Path) -> int:
