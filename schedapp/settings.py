@@ -103,6 +103,7 @@ if CELERY_BROKER_URL == "filesystem://":
         "data_folder_in": str(_broker_dir),
         "data_folder_out": str(_broker_dir),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
         "polling_interval": 0.05,
     }
@@ -113,6 +114,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_SEND_TASK_EVENTS = True
 CELERY_TASK_SEND_SENT_EVENT = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery's Django fixup closes every database connection around every task unless this is
+# set; a job would pay a new connection (5-10 ms) each time. Tasks call Django's
+# close_old_connections() instead, which keeps healthy connections (CONN_MAX_AGE).
+CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = TIME_ZONE
 
@@ -126,6 +131,8 @@ TEMPO = {
     "POLL_LIMIT": env.int("TEMPO_POLL_LIMIT", default=50_000),
     "PARTITIONS": env.int("TEMPO_PARTITIONS", default=16),
     "COORDINATION_SECONDS": env.float("TEMPO_COORDINATION_SECONDS", default=2.0),
+    # Claim this many ms ahead of run_at to hide the broker hop (never starts early).
+    "DISPATCH_LEAD_MS": env.int("TEMPO_DISPATCH_LEAD_MS", default=5),
     # A claimed job must be started by a worker within this time, or it is returned.
     "CLAIM_TTL_SECONDS": env.float("TEMPO_CLAIM_TTL_SECONDS", default=10.0),
     # A running job's lease; the worker renews it every third of it.
@@ -136,6 +143,8 @@ TEMPO = {
     # Backpressure: claim only while fewer messages than this wait in the queue.
     "MAX_QUEUED_MESSAGES": env.int("TEMPO_MAX_QUEUED_MESSAGES", default=64),
     "QUEUE": env.str("TEMPO_QUEUE", default="tempo"),
+    # Dispatchers and workers commit their transitions asynchronously (see tasksapp/db.py).
+    "ASYNC_COMMIT": env.bool("TEMPO_ASYNC_COMMIT", default=True),
 }
 
 # Long-running processes (dispatcher, workers) keep their connection between turns.

@@ -24,6 +24,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from tasksapp import retry
+from tasksapp.db import flush_commits
 from tasksapp.handlers import HandlerError, JobContext, resolve_handler
 from tasksapp.models import Delivery, WorkerProcess
 from tasksapp.services.transitions import StartedJob, job_fail, job_renew, job_start, job_succeed
@@ -162,6 +163,8 @@ def execute_batch(claims: Sequence[Sequence[int]]) -> int:
     started = job_start(claims=pairs, worker=keeper.name, ttl=keeper.ttl)
     if len(started) < len(pairs):
         started += _start_stragglers(claims, {s.id for s in started}, keeper)
+    if any(job.delivery == Delivery.AT_MOST_ONCE for job in started):
+        flush_commits()  # the start must survive a database crash before the handler runs
     finished_ok: list[tuple[int, int, Any]] = []
     for job in started:
         keeper.hold(job)

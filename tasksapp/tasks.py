@@ -2,7 +2,9 @@
 
 from celery import shared_task
 from celery.signals import worker_process_init, worker_ready
+from django.db import close_old_connections
 
+from tasksapp.db import use_async_commit
 from tasksapp.executor import execute_batch, lease_keeper
 
 RUN_JOBS = "tasksapp.run_jobs"
@@ -11,19 +13,22 @@ RUN_JOBS = "tasksapp.run_jobs"
 @shared_task(name=RUN_JOBS, ignore_result=True, acks_late=False)
 def run_jobs(claims: list[list[int]]) -> int:
     """Run a batch of claimed jobs: [[job id, fencing token, run_at ms], ...]."""
+    close_old_connections()  # drop a broken or too old connection, keep a healthy one
     return execute_batch(claims)
 
 
 @worker_ready.connect
-def _start_lease_keeper(sender=None, **kwargs) -> None:
+def _prepare_worker(sender=None, **kwargs) -> None:
     """Threads/solo pools run jobs in this process: heartbeat from the start."""
+    use_async_commit()
     pool = getattr(sender, "pool", None)
     if type(pool).__module__ != "celery.concurrency.prefork":
         lease_keeper()
 
 
 @worker_process_init.connect
-def _start_lease_keeper_in_child(**kwargs) -> None:
+def _prepare_worker_child(**kwargs) -> None:
+    use_async_commit()
     lease_keeper()
 
 

@@ -23,6 +23,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from tasksapp import sql
+from tasksapp.db import use_async_commit
 from tasksapp.dispatcher.coordination import LocalCoordinator, PostgresCoordinator
 from tasksapp.dispatcher.wheel import TimingWheel
 from tasksapp.models import Dispatcher, DispatcherCounter
@@ -99,6 +100,9 @@ class DispatcherLoop:
         self.cfg = cfg
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.partitions = cfg["PARTITIONS"]
+        # Claim this much before run_at so the message is at a worker when the time comes;
+        # the worker waits, and the start is guarded by run_at <= the database clock.
+        self.lead_ms = int(cfg["DISPATCH_LEAD_MS"])
         self.publisher = publisher or CeleryPublisher()
         self.ready: dict[int, int] = {}  # due, not yet claimed (held back by backpressure)
         self.uses_notify = connection.vendor == "postgresql"
@@ -124,6 +128,7 @@ class DispatcherLoop:
 
     # -- life cycle -------------------------------------------------------------------
     def start(self) -> None:
+        use_async_commit()
         self.record, _ = Dispatcher.objects.update_or_create(
             name=self.name,
             defaults={
@@ -238,7 +243,7 @@ class DispatcherLoop:
         )
         self.counters.update(polls=1, statements=1, rows_fetched=len(rows))
         for job_id, run_at_ms in rows:
-            self.wheel.add(job_id, run_at_ms)
+            self.wheel.add(job_id, run_at_ms - self.lead_ms)
         if len(rows) >= limit:  # more to page through: continue right after the last row
             self.cursor = (rows[-1][1], rows[-1][0])
             self.horizon_ms = rows[-1][1]
@@ -332,7 +337,7 @@ class DispatcherLoop:
             self.wheel.remove(job_id)
             self.ready.pop(job_id, None)
         elif int(tail) < self.horizon_ms:
-            self.wheel.add(job_id, int(tail))
+            self.wheel.add(job_id, int(tail) - self.lead_ms)
 
     def _owned_set(self) -> set[int]:
         return self.coordinator.owned if self.coordinator else set()
