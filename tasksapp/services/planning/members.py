@@ -12,11 +12,11 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from tasksapp.models import FreeOrdinal, Job, Member
+from tasksapp.models import FreeOrdinal, Job, JobState, Member, SlicePlan
 from tasksapp.models.jobs import DUE_STATES
 from tasksapp.planning import phases, sql
 from tasksapp.selectors.planning import slice_plans_open, slice_plans_with_pending_jobs
-from tasksapp.services.jobs import JobInputError, job_cancel
+from tasksapp.services.jobs import JobInputError, job_cancel, job_retry
 
 from .errors import PlanningInputError
 from .slices import job_key_prefix, lock_active_tasks_shared, plan_members
@@ -55,11 +55,13 @@ def member_create_many(*, external_ids: Sequence[str]) -> list[Member]:
 
 
 def member_activate(*, member: Member) -> Member:
-    """Plan the member again, from the slices already planned whose time is ahead."""
+    """Plan the member again in the slices already planned, where its time is still
+    ahead: its cancelled jobs there are scheduled again, missing ones are created."""
     with transaction.atomic():
         if Member.objects.filter(pk=member.pk, active=False).update(active=True):
             member.active = True
             _plan_into_open_slices([member])
+            _restore_cancelled_jobs(member)
     return member
 
 
@@ -125,10 +127,25 @@ def _plan_into_open_slices(members: Sequence[Member]) -> int:
     return planned
 
 
+def _job_keys(member: Member, plans: Sequence[SlicePlan]) -> list[str]:
+    return [f"{job_key_prefix(plan.task_id, plan.period)}{member.id}" for plan in plans]
+
+
+def _restore_cancelled_jobs(member: Member) -> int:
+    now = timezone.now()
+    keys = _job_keys(member, slice_plans_open(phase=member.phase, now=now))
+    cancelled = Job.objects.filter(idempotency_key__in=keys, state=JobState.CANCELLED)
+    restored = 0
+    for job_id, run_at in cancelled.filter(run_at__gte=now).values_list("id", "run_at"):
+        job_retry(job_id=job_id, run_at=run_at)
+        restored += 1
+    return restored
+
+
 def _cancel_pending_jobs(member: Member) -> int:
     lock_active_tasks_shared()
     plans = slice_plans_with_pending_jobs(phase=member.phase, now=timezone.now())
-    keys = [f"{job_key_prefix(plan.task_id, plan.period)}{member.id}" for plan in plans]
+    keys = _job_keys(member, plans)
     cancelled = 0
     waiting = Job.objects.filter(idempotency_key__in=keys, state__in=DUE_STATES)
     for job_id in waiting.values_list("id", flat=True):
