@@ -20,7 +20,7 @@ PERIOD = dt.timedelta(minutes=10)
 MINUTE = dt.timedelta(minutes=1)
 
 
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db  # runs before any transactional test empties the tables
 def test_migrate_installs_the_daily_planner_in_beat():
     entry = PeriodicTask.objects.get(task=PLAN_DUE_SLICES)
     assert entry.enabled and entry.interval is None
