@@ -23,23 +23,28 @@ BROKER_URL = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/0")
 class BenchDatabase:
     """A database of the bench's own, migrated; dropped on exit."""
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, *, migrate: bool = True) -> None:
         self.name = f"{prefix}_{uuid.uuid4().hex[:6]}"
         self.url = f"{SERVER_URL}/{self.name}"
+        self.migrate = migrate
 
     def __enter__(self) -> BenchDatabase:
         with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.name}"')
-        env = {**os.environ, "DATABASE_URL": self.url, "DJANGO_SECRET_KEY": "bench"}
-        subprocess.run(
-            [sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True
-        )
+        if self.migrate:
+            env = {**os.environ, "DATABASE_URL": self.url, "DJANGO_SECRET_KEY": "bench"}
+            subprocess.run(
+                [sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True
+            )
         return self
 
     def connect(self) -> psycopg.Connection:
         return psycopg.connect(self.url, autocommit=True)
 
     def __exit__(self, *exc) -> None:
+        if os.environ.get("BENCH_KEEP_DB"):
+            print(f"kept database {self.name}", file=sys.stderr)
+            return
         with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
 

@@ -111,7 +111,7 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_WORKER_SEND_TASK_EVENTS = True
+CELERY_WORKER_SEND_TASK_EVENTS = env.bool("TEMPO_CELERY_EVENTS", default=True)
 CELERY_TASK_SEND_SENT_EVENT = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Celery's Django fixup closes every database connection around every task unless this is
@@ -132,7 +132,7 @@ TEMPO = {
     "PARTITIONS": env.int("TEMPO_PARTITIONS", default=16),
     "COORDINATION_SECONDS": env.float("TEMPO_COORDINATION_SECONDS", default=2.0),
     # Claim this many ms ahead of run_at to hide the broker hop (never starts early).
-    "DISPATCH_LEAD_MS": env.int("TEMPO_DISPATCH_LEAD_MS", default=5),
+    "DISPATCH_LEAD_MS": env.int("TEMPO_DISPATCH_LEAD_MS", default=40),
     # A claimed job must be started by a worker within this time, or it is returned.
     "CLAIM_TTL_SECONDS": env.float("TEMPO_CLAIM_TTL_SECONDS", default=10.0),
     # A running job's lease; the worker renews it every third of it.

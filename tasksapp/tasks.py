@@ -10,7 +10,10 @@ from tasksapp.executor import execute_batch, lease_keeper
 RUN_JOBS = "tasksapp.run_jobs"
 
 
-@shared_task(name=RUN_JOBS, ignore_result=True, acks_late=False)
+# acks_late: a worker's prefetch window then counts running tasks, so it never holds a
+# message it cannot start while another worker is idle. Recovery does not depend on
+# redelivery (leases do); a redelivered message finds its job started and does nothing.
+@shared_task(name=RUN_JOBS, ignore_result=True, acks_late=True)
 def run_jobs(claims: list[list[int]]) -> int:
     """Run a batch of claimed jobs: [[job id, fencing token, run_at ms], ...]."""
     close_old_connections()  # drop a broken or too old connection, keep a healthy one

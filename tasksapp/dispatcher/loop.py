@@ -242,6 +242,7 @@ class DispatcherLoop:
             after=self.cursor,
         )
         self.counters.update(polls=1, statements=1, rows_fetched=len(rows))
+        self._flush_counters()  # scored events are written at once: a SIGKILL loses none
         for job_id, run_at_ms in rows:
             self.wheel.add(job_id, run_at_ms - self.lead_ms)
         if len(rows) >= limit:  # more to page through: continue right after the last row
@@ -269,6 +270,8 @@ class DispatcherLoop:
             del self.ready[job_id]
         claims = job_claim_due(ids=due, owner=self.name, ttl=self.cfg["CLAIM_TTL_SECONDS"])
         self.counters.update(statements=1, claims=len(claims), claims_lost=len(due) - len(claims))
+        if len(claims) < len(due):
+            self._flush_counters()
         batches = split_batches(claims, fanout=self.cfg["FANOUT"], max_batch=self.cfg["MAX_BATCH"])
         self.publisher(batches)
         self.counters.update(messages=len(batches))

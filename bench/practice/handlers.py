@@ -1,0 +1,24 @@
+"""The work of a practice job, as in the exercise's JobsRepo.ProcessLockedJob: wait
+83 ms, then record the execution time (the exercise's ExecuteAt) with the database
+clock. One row per execution, outside the job's transaction, so a job executed twice
+would show two rows."""
+
+import time
+
+from django.db import connection
+
+WORK_SECONDS = 0.083
+
+EXECUTIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS practice_execution (
+    id bigserial PRIMARY KEY,
+    job_id bigint NOT NULL,
+    executed_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+
+
+def process_locked_job(ctx):
+    time.sleep(WORK_SECONDS)
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO practice_execution (job_id) VALUES (%s)", [ctx.job_id])
