@@ -1,9 +1,11 @@
 from django.contrib import admin
-from django.urls import path
-from django.views.generic import RedirectView
+from django.urls import include, path
+
+from tasksapp.api.metrics import metrics
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    # Until the dashboard has its own page, the root opens the admin.
-    path("", RedirectView.as_view(url="/admin/", permanent=False)),
+    path("api/", include("tasksapp.api.urls")),
+    path("metrics", metrics, name="metrics"),
+    path("", include("tasksapp.dashboard.urls")),
 ]

@@ -1,3 +1,4 @@
+from .audit import OperatorAction
 from .jobs import Delivery, Job, JobState
 from .planning import FreeOrdinal, Member, RecurringTask, SlicePlan
 from .processes import Dispatcher, DispatcherCounter, WorkerProcess
@@ -10,6 +11,7 @@ __all__ = [
     "Job",
     "JobState",
     "Member",
+    "OperatorAction",
     "RecurringTask",
     "SlicePlan",
     "WorkerProcess",

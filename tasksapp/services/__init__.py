@@ -1,8 +1,8 @@
 """Writes. Entry points (views, admin, API, Celery tasks, commands) call these."""
 
-from .jobs import JobInputError, job_cancel, job_retry, job_schedule
+from .jobs import JobInputError, job_cancel, job_retry, job_run_now, job_schedule
 
-__all__ = ["JobInputError", "job_cancel", "job_retry", "job_schedule"]
+__all__ = ["JobInputError", "job_cancel", "job_retry", "job_run_now", "job_schedule"]
 
 from .planning import (  # noqa: E402
     PlanningInputError,
@@ -28,4 +28,30 @@ __all__ += [
     "recurring_task_create",
     "recurring_task_update",
     "slice_plan",
+]
+
+from .operators import (  # noqa: E402
+    OperatorPermissionError,
+    job_cancel_audited,
+    job_retry_audited,
+    job_run_now_audited,
+    member_activate_audited,
+    member_deactivate_audited,
+    operator_action_record,
+    recurring_task_pause_audited,
+    recurring_task_resume_audited,
+    roles_ensure,
+)
+
+__all__ += [
+    "OperatorPermissionError",
+    "job_cancel_audited",
+    "job_retry_audited",
+    "job_run_now_audited",
+    "member_activate_audited",
+    "member_deactivate_audited",
+    "operator_action_record",
+    "recurring_task_pause_audited",
+    "recurring_task_resume_audited",
+    "roles_ensure",
 ]

@@ -28,6 +28,7 @@ ERR_CANCEL_STATE = "job {job_id} is {state}: only scheduled or failed jobs can b
 ERR_RETRY_STATE = (
     "job {job_id} is {state}: only dead, lost, cancelled or failed jobs can be retried."
 )
+ERR_RUN_NOW_STATE = "job {job_id} is {state}: only scheduled or failed jobs can be run now."
 
 
 class JobInputError(ValueError):
@@ -159,3 +160,13 @@ def job_retry(*, job_id: int, run_at: dt.datetime | None = None) -> Job:
     if not moved:
         raise JobInputError(ERR_RETRY_STATE.format(job_id=job_id, state=_get(job_id).state))
     return _get(job_id)
+
+
+def job_run_now(*, job_id: int) -> Job:
+    """Move the run time of a waiting (scheduled|failed) job to now; its state stays.
+    The jobs table's trigger tells the dispatchers at once."""
+    moved = Job.objects.filter(id=job_id, state__in=DUE_STATES).update(run_at=timezone.now())
+    job = _get(job_id)
+    if not moved:
+        raise JobInputError(ERR_RUN_NOW_STATE.format(job_id=job_id, state=job.state))
+    return job

@@ -1,0 +1,42 @@
+"""Service errors become 400 answers with the field they are about; nothing the client
+sends may produce a 500."""
+
+from __future__ import annotations
+
+import re
+
+from django.db import DataError
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from tasksapp.selectors.jobs import JobFilterError
+from tasksapp.services import JobInputError, OperatorPermissionError, PlanningInputError
+
+ERR_DATA = "a value is out of range for the database: {reason}"
+NOT_FOUND_RE = re.compile(r"\bdoes not exist\b")
+FIELD_RE = re.compile(r"^([a-z_]+)[ .]")
+
+
+def field_errors(message: str, fields: set[str] | None = None) -> dict[str, list[str]]:
+    """{field: [message]} when the message starts with a field's name (every service
+    message does), else {"non_field_errors": [message]}."""
+    match = FIELD_RE.match(message)
+    name = match.group(1) if match else None
+    if name and (fields is None or name in fields):
+        return {name: [message]}
+    return {"non_field_errors": [message]}
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, JobInputError | PlanningInputError | JobFilterError):
+        message = str(exc)
+        if NOT_FOUND_RE.search(message) and message.startswith(("job ", "recurring task ")):
+            return Response({"detail": message}, status=status.HTTP_404_NOT_FOUND)
+        return Response(field_errors(message), status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, OperatorPermissionError):
+        return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
+    if isinstance(exc, DataError):
+        message = ERR_DATA.format(reason=str(exc).splitlines()[0])
+        return Response({"non_field_errors": [message]}, status=status.HTTP_400_BAD_REQUEST)
+    return drf_exception_handler(exc, context)

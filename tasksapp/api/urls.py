@@ -1,0 +1,43 @@
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView
+
+from . import views
+
+app_name = "api"
+urlpatterns = [
+    path("jobs/", views.JobListView.as_view(), name="jobs"),
+    path("jobs/<int:job_id>/", views.JobDetailView.as_view(), name="job"),
+    path("jobs/<int:job_id>/cancel/", views.JobCancelView.as_view(), name="job-cancel"),
+    path("jobs/<int:job_id>/retry/", views.JobRetryView.as_view(), name="job-retry"),
+    path("jobs/<int:job_id>/run-now/", views.JobRunNowView.as_view(), name="job-run-now"),
+    path("members/", views.MemberListView.as_view(), name="members"),
+    path("members/<int:member_id>/", views.MemberDetailView.as_view(), name="member"),
+    path(
+        "members/<int:member_id>/deactivate/",
+        views.MemberDeactivateView.as_view(),
+        name="member-deactivate",
+    ),
+    path(
+        "members/<int:member_id>/activate/",
+        views.MemberActivateView.as_view(),
+        name="member-activate",
+    ),
+    path("recurring-tasks/", views.RecurringTaskListView.as_view(), name="tasks"),
+    path("recurring-tasks/<int:task_id>/", views.RecurringTaskDetailView.as_view(), name="task"),
+    path(
+        "recurring-tasks/<int:task_id>/pause/",
+        views.RecurringTaskPauseView.as_view(),
+        name="task-pause",
+    ),
+    path(
+        "recurring-tasks/<int:task_id>/resume/",
+        views.RecurringTaskResumeView.as_view(),
+        name="task-resume",
+    ),
+    path(
+        "recurring-tasks/<int:task_id>/members/<int:member_id>/next-runs/",
+        views.MemberNextRunsView.as_view(),
+        name="member-next-runs",
+    ),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+]

@@ -1,0 +1,27 @@
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from . import views
+
+app_name = "dashboard"
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("overview.json", views.overview_data, name="overview-data"),
+    path("recurring/", views.recurring_list, name="recurring-list"),
+    path("recurring/<int:task_id>/", views.recurring_detail, name="recurring-detail"),
+    path("recurring/<int:task_id>/<str:action>/", views.task_action, name="task-action"),
+    path("jobs/", views.job_list, name="job-list"),
+    path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
+    path("jobs/<int:job_id>/<str:action>/", views.job_action, name="job-action"),
+    path("audit/", views.audit_list, name="audit"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(
+            template_name="registration/login.html",
+            redirect_authenticated_user=True,
+            next_page="dashboard:overview",
+        ),
+        name="login",
+    ),
+    path("logout/", auth_views.LogoutView.as_view(next_page="dashboard:login"), name="logout"),
+]

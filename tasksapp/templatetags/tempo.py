@@ -1,0 +1,77 @@
+"""Number and time formats for the dashboard's templates."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django import template
+
+register = template.Library()
+PALETTE = ["#2f6fde", "#1f9d55", "#7c5cd6", "#d97706", "#0e9aa7", "#c2417b", "#5b6b8c", "#8a6d1f"]
+
+
+@register.filter
+def num(value) -> str:
+    """12345 → 12,345; None → —."""
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.2f}"
+    return f"{int(value):,}"
+
+
+@register.filter
+def ms(value) -> str:
+    """A duration in milliseconds, in the unit that reads best."""
+    if value is None:
+        return "—"
+    value = float(value)
+    if abs(value) < 10:
+        return f"{value:.1f} ms"
+    if abs(value) < 1000:
+        return f"{value:.0f} ms"
+    if abs(value) < 60_000:
+        return f"{value / 1000:.2f} s"
+    return f"{value / 60_000:.1f} min"
+
+
+@register.filter
+def age(seconds) -> str:
+    """Seconds since something, short: 4 s, 3 min, 2 h."""
+    if seconds is None:
+        return "—"
+    seconds = float(seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+@register.filter
+def duration(value) -> str:
+    """A timedelta as 1 day, 6 h, 30 min, 45 s."""
+    if not isinstance(value, dt.timedelta):
+        return "—"
+    total = int(value.total_seconds())
+    days, rest = divmod(total, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [
+        f"{days} day{'s' if days != 1 else ''}" if days else "",
+        f"{hours} h" if hours else "",
+        f"{minutes} min" if minutes else "",
+        f"{seconds} s" if seconds else "",
+    ]
+    return ", ".join(p for p in parts if p) or "0 s"
+
+
+@register.filter
+def color(index) -> str:
+    """A stable colour for the index-th dispatcher."""
+    return PALETTE[int(index) % len(PALETTE)]
+
+
+@register.filter
+def get(mapping, key):
+    return mapping.get(key) if isinstance(mapping, dict) else None
