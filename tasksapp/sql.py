@@ -12,13 +12,13 @@ NOTIFY_CHANNEL = "tempo_jobs"
 NOTIFY_WINDOW_SECONDS = 900
 
 POLL_DUE = f"""
-SELECT id, floor(extract(epoch FROM run_at) * 1000)::bigint
+SELECT id, floor(extract(epoch FROM run_at) * 1000)::bigint, run_at
 FROM {JOB_TABLE}
 WHERE state IN ('scheduled', 'failed')
   AND run_at < clock_timestamp() + make_interval(secs => %(lookahead)s)
   AND (%(all_partitions)s OR (id %% %(partitions)s) = ANY(%(owned)s))
-  AND (%(after_ms)s::bigint IS NULL
-       OR (run_at, id) > (to_timestamp(%(after_ms)s::bigint / 1000.0), %(after_id)s::bigint))
+  AND (%(after_run_at)s::timestamptz IS NULL
+       OR (run_at, id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint))
 ORDER BY run_at, id
 LIMIT %(limit)s
 """

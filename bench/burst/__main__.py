@@ -43,22 +43,40 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
     parser.add_argument("--concurrency", type=int, default=2, help="prefork children each")
     parser.add_argument("--transactional-size", type=int, default=10_000)
+    parser.add_argument("--no-raw", action="store_true", help="skip raw Celery")
     return parser.parse_args()
 
 
 def worker_args(cluster: Cluster, name: str, concurrency: int) -> list[str]:
     celery = str(Path(sys.executable).with_name("celery"))
-    return [celery, "-A", "schedapp", "worker", "-Q", cluster.queue, "-P", "prefork",
-            "-c", str(concurrency), "-n", f"{name}@%h", "--without-gossip",
-            "--without-mingle", "--include", "bench.burst.raw_tasks", "--loglevel=WARNING"]
+    return [
+        celery,
+        "-A",
+        "schedapp",
+        "worker",
+        "-Q",
+        cluster.queue,
+        "-P",
+        "prefork",
+        "-c",
+        str(concurrency),
+        "-n",
+        f"{name}@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "--include",
+        "bench.burst.raw_tasks",
+        "--loglevel=WARNING",
+    ]
 
 
 def wait_done(conn, n: int, timeout: float) -> None:
     with tqdm(total=n, desc="started", unit="job", leave=False) as bar:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            done = conn.execute("SELECT count(*) FROM tasksapp_job WHERE state = 'succeeded'"
-                                ).fetchone()[0]
+            done = conn.execute(
+                "SELECT count(*) FROM tasksapp_job WHERE state = 'succeeded'"
+            ).fetchone()[0]
             bar.update(done - bar.n)
             if done >= n:
                 return
@@ -68,11 +86,15 @@ def wait_done(conn, n: int, timeout: float) -> None:
 
 def tempo_burst(args, n: int, delivery: str) -> dict:
     with BenchDatabase("tempo_bench_burst") as db, db.connect() as conn:
-        cluster = Cluster(database_url=db.url, broker_url=BROKER_URL,
-                          queue=f"burst-{uuid.uuid4().hex[:6]}",
-                          logs=Path(tempfile.mkdtemp(prefix="bench-burst-")),
-                          TEMPO_COORDINATION_SECONDS="2", TEMPO_CLAIM_TTL_SECONDS="10",
-                          TEMPO_RUN_LEASE_SECONDS="6")
+        cluster = Cluster(
+            database_url=db.url,
+            broker_url=BROKER_URL,
+            queue=f"burst-{uuid.uuid4().hex[:6]}",
+            logs=Path(tempfile.mkdtemp(prefix="bench-burst-")),
+            TEMPO_COORDINATION_SECONDS="2",
+            TEMPO_CLAIM_TTL_SECONDS="10",
+            TEMPO_RUN_LEASE_SECONDS="6",
+        )
         at = time.time() + 30 + n / 20_000  # time to insert and for dispatchers to poll
         conn.execute(INSERT, {"handler": NOOP, "at": at, "n": n, "delivery": delivery})
         try:
@@ -84,19 +106,37 @@ def tempo_burst(args, n: int, delivery: str) -> dict:
             wait_done(conn, n, timeout=600)
         finally:
             cluster.stop()
-        lags = [float(r[0]) for r in conn.execute(
-            "SELECT extract(epoch FROM started_at - run_at) * 1000 FROM tasksapp_job"
-        ).fetchall()]
+        lags = [
+            float(r[0])
+            for r in conn.execute(
+                "SELECT extract(epoch FROM started_at - run_at) * 1000 FROM tasksapp_job"
+            ).fetchall()
+        ]
+        claims = [
+            float(r[0])
+            for r in conn.execute(
+                "SELECT extract(epoch FROM claimed_at - run_at) * 1000 FROM tasksapp_job"
+            ).fetchall()
+        ]
         last_start = max(lags) / 1000
-        early = conn.execute("SELECT count(*) FROM tasksapp_job WHERE started_at < run_at"
-                             ).fetchone()[0]
-        twice = conn.execute("SELECT count(*) FROM tasksapp_job WHERE attempts <> 1"
-                             ).fetchone()[0]
-    lag = summary(lags)
-    return {"mode": f"tempo {delivery}", "jobs": n, "last_start_s": round(last_start, 2),
-            "jobs_per_s": round(n / last_start), "lag_p50_ms": round(lag["p50"]),
-            "lag_p95_ms": round(lag["p95"]), "lag_p99_ms": round(lag["p99"]),
-            "started_early": early, "not_exactly_one_attempt": twice}
+        early = conn.execute(
+            "SELECT count(*) FROM tasksapp_job WHERE started_at < run_at"
+        ).fetchone()[0]
+        twice = conn.execute("SELECT count(*) FROM tasksapp_job WHERE attempts <> 1").fetchone()[0]
+    lag, claim = summary(lags), summary(claims)
+    return {
+        "mode": f"tempo {delivery}",
+        "jobs": n,
+        "last_start_s": round(last_start, 2),
+        "jobs_per_s": round(n / last_start),
+        "lag_p50_ms": round(lag["p50"]),
+        "lag_p95_ms": round(lag["p95"]),
+        "lag_p99_ms": round(lag["p99"]),
+        "claim_p50_ms": round(claim["p50"]),
+        "claim_max_ms": round(claim["max"]),
+        "started_early": early,
+        "not_exactly_one_attempt": twice,
+    }
 
 
 def raw_celery(args, n: int) -> dict:
@@ -111,8 +151,12 @@ def raw_celery(args, n: int) -> dict:
 
     key = f"bench-raw-{uuid.uuid4().hex[:6]}"
     client = redis.Redis.from_url(BROKER_URL)
-    cluster = Cluster(database_url="postgres://unused", broker_url=BROKER_URL, queue=key,
-                      logs=Path(tempfile.mkdtemp(prefix="bench-raw-")))
+    cluster = Cluster(
+        database_url="postgres://unused",
+        broker_url=BROKER_URL,
+        queue=key,
+        logs=Path(tempfile.mkdtemp(prefix="bench-raw-")),
+    )
     try:
         for i in range(args.workers):
             cluster._start(f"w{i + 1}", worker_args(cluster, f"w{i + 1}", args.concurrency))
@@ -132,9 +176,13 @@ def raw_celery(args, n: int) -> dict:
         for k in client.scan_iter(f"*{key}*"):
             client.delete(k)
     elapsed = last - began
-    return {"mode": "raw celery (1 msg/task)", "jobs": n, "last_start_s": round(elapsed, 2),
-            "jobs_per_s": round(n / elapsed),
-            "publish_per_s": round(n / (published - began))}
+    return {
+        "mode": "raw celery (1 msg/task)",
+        "jobs": n,
+        "last_start_s": round(elapsed, 2),
+        "jobs_per_s": round(n / elapsed),
+        "publish_per_s": round(n / (published - began)),
+    }
 
 
 def main() -> None:
@@ -142,9 +190,20 @@ def main() -> None:
     rows = []
     for n in args.sizes:
         tempo = tempo_burst(args, n, "at_least_once")
+        if args.no_raw:
+            rows.append(tempo)
+            print(table(rows[-1:], COLUMNS), flush=True)
+            continue
         raw = raw_celery(args, n)
-        rows += [tempo, raw, {"mode": "tempo / raw celery", "jobs": n,
-                              "jobs_per_s": round(tempo["jobs_per_s"] / raw["jobs_per_s"], 1)}]
+        rows += [
+            tempo,
+            raw,
+            {
+                "mode": "tempo / raw celery",
+                "jobs": n,
+                "jobs_per_s": round(tempo["jobs_per_s"] / raw["jobs_per_s"], 1),
+            },
+        ]
         print(table(rows[-3:], COLUMNS), flush=True)
     if args.transactional_size:
         rows.append(tempo_burst(args, args.transactional_size, "transactional"))
@@ -153,8 +212,20 @@ def main() -> None:
     print(f"wrote {path}", file=sys.stderr)
 
 
-COLUMNS = ["mode", "jobs", "last_start_s", "jobs_per_s", "publish_per_s", "lag_p50_ms",
-           "lag_p95_ms", "lag_p99_ms", "started_early", "not_exactly_one_attempt"]
+COLUMNS = [
+    "mode",
+    "jobs",
+    "last_start_s",
+    "jobs_per_s",
+    "publish_per_s",
+    "lag_p50_ms",
+    "lag_p95_ms",
+    "lag_p99_ms",
+    "claim_p50_ms",
+    "claim_max_ms",
+    "started_early",
+    "not_exactly_one_attempt",
+]
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))

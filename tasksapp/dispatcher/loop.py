@@ -7,6 +7,7 @@ one statement, publish the claimed ids to Celery.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import math
 import os
@@ -120,7 +121,7 @@ class DispatcherLoop:
 
     def _reset_schedule(self) -> None:
         self.horizon_ms = -math.inf  # every pending owned job due before this is held
-        self.cursor: tuple[int, int] | None = None  # keyset of a paged poll
+        self.cursor: tuple[dt.datetime, int] | None = None  # keyset of a paged poll
         self.next_poll = 0.0
         self.next_coordination = 0.0
         self.next_heartbeat = 0.0
@@ -243,11 +244,11 @@ class DispatcherLoop:
         )
         self.counters.update(polls=1, statements=1, rows_fetched=len(rows))
         self._flush_counters()  # scored events are written at once: a SIGKILL loses none
-        for job_id, run_at_ms in rows:
-            self.wheel.add(job_id, run_at_ms - self.lead_ms)
+        for row in rows:
+            self.wheel.add(row.id, row.run_at_ms - self.lead_ms)
         if len(rows) >= limit:  # more to page through: continue right after the last row
-            self.cursor = (rows[-1][1], rows[-1][0])
-            self.horizon_ms = rows[-1][1]
+            self.cursor = (rows[-1].run_at, rows[-1].id)
+            self.horizon_ms = rows[-1].run_at_ms
             self.next_poll = now if len(self.wheel) < 4 * limit else now + 1000
             return
         self.cursor = None

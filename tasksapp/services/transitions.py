@@ -79,37 +79,43 @@ def _in_partitions(partitions: int, owned: Sequence[int]) -> Q:
 # --- dispatcher side -------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class DueJob:
+    id: int
+    run_at_ms: int
+    run_at: dt.datetime  # exact, for the keyset of the next page
+
+
 def job_poll_due(
     *,
     lookahead: float,
     partitions: int,
     owned: Sequence[int],
     limit: int,
-    after: tuple[int, int] | None = None,
-) -> list[tuple[int, int]]:
+    after: tuple[dt.datetime, int] | None = None,
+) -> list[DueJob]:
     """Pending jobs due before now + lookahead in the owned partitions, ordered by
-    (run_at, id) and starting after the keyset `after` = (run_at ms, id): (id, run_at ms)."""
-    after_ms, after_id = after if after else (None, None)
+    (run_at, id), starting after the keyset `after` = (run_at, id) of a previous page."""
+    after_run_at, after_id = after if after else (None, None)
     if _is_postgres():
         params = {
             "lookahead": lookahead,
             "limit": limit,
-            "after_ms": after_ms,
+            "after_run_at": after_run_at,
             "after_id": after_id,
             **_partition_params(partitions, owned),
         }
         with connection.cursor() as cursor:
             cursor.execute(sql.POLL_DUE, params)
-            return [(row[0], row[1]) for row in cursor.fetchall()]
+            return [DueJob(*row) for row in cursor.fetchall()]
     horizon = timezone.now() + _secs(lookahead)
     jobs = Job.objects.filter(_in_partitions(partitions, owned), state__in=DUE_STATES)
-    if after_ms is not None:
-        mark = dt.datetime.fromtimestamp(after_ms / 1000, tz=dt.UTC)
-        jobs = jobs.filter(Q(run_at__gt=mark) | Q(run_at=mark, id__gt=after_id))
+    if after_run_at is not None:
+        jobs = jobs.filter(Q(run_at__gt=after_run_at) | Q(run_at=after_run_at, id__gt=after_id))
     rows = (
         jobs.filter(run_at__lt=horizon).order_by("run_at", "id").values_list("id", "run_at")[:limit]
     )
-    return [(job_id, _ms(run_at)) for job_id, run_at in rows]
+    return [DueJob(job_id, _ms(run_at), run_at) for job_id, run_at in rows]
 
 
 def job_claim_due(*, ids: Sequence[int], owner: str, ttl: float, lead: float = 1.0) -> list[Claim]:

@@ -160,3 +160,16 @@ def test_backpressure_holds_due_jobs_until_the_queue_drains(loops, fast):
     broker.waiting = 0
     run_until(lambda: broker.claims, loop)
     assert broker.claims[0][0] == job.id
+
+
+def test_a_burst_larger_than_one_poll_page_is_fetched_in_pages(loops, publisher, fast, settings):
+    settings.TEMPO = {**settings.TEMPO, "POLL_LIMIT": 50}
+    run_at = timezone.now() + dt.timedelta(seconds=20, microseconds=654_321)
+    ids = [job_schedule(handler=HANDLER, run_at=run_at).id for _ in range(120)]
+    loop = loops("d1", publisher)
+    run_until(lambda: len(loop.wheel) == 120, loop)
+    for _ in range(10):
+        loop.step(wait=False)
+    polls = sum(DispatcherCounter.objects.filter(dispatcher="d1").values_list("polls", flat=True))
+    assert polls <= 4  # three pages and a final short one, not a loop over the first page
+    assert set(loop.wheel.keys()) == set(ids)

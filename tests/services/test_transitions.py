@@ -10,6 +10,7 @@ from tasksapp.services.transitions import (
     LEASE_EXPIRED_ERROR,
     job_claim_due,
     job_fail,
+    job_poll_due,
     job_reap_expired,
     job_renew,
     job_start,
@@ -144,3 +145,16 @@ def test_reaper_only_touches_owned_partitions_and_reports_the_next_expiry():
     assert reaped == 0 and next_ms is not None
     reaped, _ = job_reap_expired(partitions=16, owned=[jobs[0].id % 16])
     assert reaped == 1
+
+
+def test_poll_pages_through_jobs_that_share_one_run_time():
+    run_at = timezone.now() + dt.timedelta(seconds=30, microseconds=123_457)
+    jobs = JobFactory.create_batch(7, run_at=run_at)
+    seen, after = [], None
+    for _ in range(5):
+        page = job_poll_due(lookahead=60, partitions=16, owned=ALL, limit=3, after=after)
+        if not page:
+            break
+        seen += [row.id for row in page]
+        after = (page[-1].run_at, page[-1].id)
+    assert seen == sorted(j.id for j in jobs)  # every job once, in (run_at, id) order
