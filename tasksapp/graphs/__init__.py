@@ -1,0 +1,43 @@
+"""Jobs as task graphs: tasks declare what they need and produce (``registry``), and a
+GraphPlan planner turns "has X, wants Y" into layers of tasks (``planner``). Pure Python:
+no database, no Celery. See docs/GRAPHS.md."""
+
+from tasksapp.graphs.planner import (
+    Plan,
+    PlanningError,
+    PlanningGraph,
+    Step,
+    graph_plan,
+    plan_cache_clear,
+    plan_cache_info,
+    plan_tasks,
+)
+from tasksapp.graphs.registry import (
+    GraphTaskError,
+    Registry,
+    RegistrySnapshot,
+    TaskSpec,
+    autodiscover_graph_tasks,
+    default_registry,
+    graph_task,
+    task_spec,
+)
+
+__all__ = [
+    "GraphTaskError",
+    "Plan",
+    "PlanningError",
+    "PlanningGraph",
+    "Registry",
+    "RegistrySnapshot",
+    "Step",
+    "TaskSpec",
+    "autodiscover_graph_tasks",
+    "default_registry",
+    "graph_plan",
+    "graph_task",
+    "plan_cache_clear",
+    "plan_cache_info",
+    "plan_tasks",
+    "task_spec",
+]
