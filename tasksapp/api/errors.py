@@ -16,16 +16,37 @@ from tasksapp.services import JobInputError, OperatorPermissionError, PlanningIn
 ERR_DATA = "a value is out of range for the database: {reason}"
 NOT_FOUND_RE = re.compile(r"\bdoes not exist\b")
 FIELD_RE = re.compile(r"^([a-z_]+)[ .]")
+# Fields the services' messages start with, and the API field each belongs to.
+FIELDS = {
+    name: name
+    for name in (
+        "handler",
+        "run_at",
+        "payload",
+        "max_attempts",
+        "retry_policy",
+        "delivery",
+        "time_limit",
+        "idempotency_key",
+        "external_id",
+        "external_ids",
+        "name",
+        "slices",
+        "epoch",
+        "active",
+        "cursor",
+        "state",
+        "run_at_from",
+    )
+} | {"period": "period_seconds"}
 
 
-def field_errors(message: str, fields: set[str] | None = None) -> dict[str, list[str]]:
-    """{field: [message]} when the message starts with a field's name (every service
-    message does), else {"non_field_errors": [message]}."""
+def field_errors(message: str) -> dict[str, list[str]]:
+    """{field: [message]} when the message starts with a field's name (most service
+    messages do), else {"non_field_errors": [message]}."""
     match = FIELD_RE.match(message)
-    name = match.group(1) if match else None
-    if name and (fields is None or name in fields):
-        return {name: [message]}
-    return {"non_field_errors": [message]}
+    name = FIELDS.get(match.group(1)) if match else None
+    return {name or "non_field_errors": [message]}
 
 
 def exception_handler(exc, context):

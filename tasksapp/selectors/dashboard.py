@@ -55,12 +55,15 @@ SELECT count(*) FILTER (WHERE state = ANY(%(lag_states)s)),
 FROM tasksapp_job
 WHERE started_at >= %(since)s AND started_at IS NOT NULL
 """
-SQL_LAG_HISTOGRAM = """
-SELECT width_bucket(extract(epoch FROM started_at - run_at)::float8, %(bounds)s::float8[]),
-       count(*), sum(extract(epoch FROM started_at - run_at))::float8
-FROM tasksapp_job
-WHERE started_at >= %(since)s AND started_at IS NOT NULL AND state = ANY(%(lag_states)s)
-GROUP BY 1
+# Cumulative buckets (lag <= bound, as Prometheus' `le`) in one pass; the bounds are the
+# constants above, never input.
+SQL_LAG_HISTOGRAM = f"""
+SELECT count(*), coalesce(sum(lag), 0),
+       {", ".join(f"count(*) FILTER (WHERE lag <= {bound!r})" for bound in LAG_BUCKETS)}
+FROM (SELECT extract(epoch FROM started_at - run_at)::float8 AS lag
+      FROM tasksapp_job
+      WHERE started_at >= %(since)s AND started_at IS NOT NULL
+        AND state = ANY(%(lag_states)s)) lags
 """
 SQL_FINISHED_PER_MINUTE = """
 SELECT date_trunc('minute', finished_at), state, count(*)
@@ -177,24 +180,16 @@ class LagHistogram:
 
 def job_lag_histogram(*, since: dt.datetime) -> LagHistogram:
     """Start lags since `since` in Prometheus' cumulative buckets (`LAG_BUCKETS`)."""
-    per_bucket = [0] * (len(LAG_BUCKETS) + 1)
-    total = 0.0
     if _postgres():
-        params = {"since": since, "bounds": list(LAG_BUCKETS), "lag_states": list(LAG_STATES)}
-        for index, count, seconds in _fetch(SQL_LAG_HISTOGRAM, params):
-            per_bucket[index] += count  # width_bucket: 0 below the first bound
-            total += seconds or 0.0
+        params = {"since": since, "lag_states": list(LAG_STATES)}
+        count, total, *cumulative = _fetch(SQL_LAG_HISTOGRAM, params)[0]
     else:
         rows = Job.objects.filter(started_at__gte=since, state__in=LAG_STATES)
-        for started_at, run_at in rows.values_list("started_at", "run_at"):
-            lag = (started_at - run_at).total_seconds()
-            per_bucket[sum(1 for bound in LAG_BUCKETS if lag >= bound)] += 1
-            total += lag
-    cumulative, running = [], 0
-    for bound, count in zip([*LAG_BUCKETS, math.inf], per_bucket, strict=True):
-        running += count
-        cumulative.append((bound, running))
-    return LagHistogram(cumulative, running, total)
+        lags = [(s - r).total_seconds() for s, r in rows.values_list("started_at", "run_at")]
+        count, total = len(lags), sum(lags)
+        cumulative = [sum(1 for lag in lags if lag <= bound) for bound in LAG_BUCKETS]
+    buckets = [*zip(LAG_BUCKETS, cumulative, strict=True), (math.inf, count)]
+    return LagHistogram(buckets, count, float(total))
 
 
 # --- throughput ---------------------------------------------------------------------------

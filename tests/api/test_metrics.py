@@ -1,0 +1,54 @@
+"""/metrics in Prometheus' text format."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = pytest.mark.django_db
+
+
+def _families(client) -> dict:
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    return {f.name: f for f in text_string_to_metric_families(response.content.decode())}
+
+
+def _value(family, **labels) -> float:
+    for sample in family.samples:
+        if all(sample.labels.get(k) == v for k, v in labels.items()):
+            return sample.value
+    raise AssertionError(f"no sample {labels} in {family.name}")
+
+
+def test_metrics_with_activity(client, activity):
+    families = _families(client)
+    assert _value(families["tempo_jobs"], state="succeeded") == 27
+    assert _value(families["tempo_jobs"], state="dead") == 3
+    lag = families["tempo_job_start_lag_seconds"]
+    count = next(s.value for s in lag.samples if s.name.endswith("_count"))
+    inf = next(s.value for s in lag.samples if s.labels.get("le") == "+Inf")
+    below_50ms = next(s.value for s in lag.samples if s.labels.get("le") == "0.05")
+    # Jobs started in the last 5 minutes (run 1..5 min ago; the fifth is on the edge),
+    # lags 10..50 ms; dead ones count too.
+    assert count == inf == below_50ms
+    assert 4 <= count <= 5
+    assert _value(families["tempo_process_up"], kind="dispatcher", name="disp-a") == 1
+    assert _value(families["tempo_process_up"], kind="dispatcher", name="disp-gone") == 0
+    assert _value(families["tempo_process_up"], kind="worker", name="worker-1") == 1
+    assert _value(families["tempo_dispatcher_partitions"], name="disp-a") == 4
+    assert _value(families["tempo_dispatcher_cost_score_hour"]) == 312
+    assert families["tempo_jobs_succeeded_per_minute"].samples[0].value > 0
+    assert "tempo_job_failures_window" in families
+    assert "tempo_job_retries_window" in families
+
+
+def test_metrics_on_an_empty_database(client):
+    families = _families(client)
+    assert _value(families["tempo_jobs"], state="scheduled") == 0
+    assert families["tempo_process_up"].samples == []
+
+
+def test_metrics_is_get_only(client):
+    assert client.post("/metrics").status_code == 405

@@ -1,0 +1,175 @@
+"""Django admin: every model listed, machine data read-only, actions through services."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from tasksapp.models import JobState, Member, OperatorAction, RecurringTask
+from tasksapp.services import member_create, recurring_task_create
+from tests.dashboard.fixtures import HANDLER, make_job
+
+pytestmark = pytest.mark.django_db
+
+MODELS = [
+    "job",
+    "member",
+    "recurringtask",
+    "sliceplan",
+    "dispatcher",
+    "dispatchercounter",
+    "workerprocess",
+    "freeordinal",
+    "operatoraction",
+]
+
+
+@pytest.fixture
+def admin_client(roles) -> Client:
+    user = User.objects.create_superuser("root", password="root-password-1")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_model_has_a_changelist(admin_client, activity, model):
+    assert admin_client.get(reverse(f"admin:tasksapp_{model}_changelist")).status_code == 200
+
+
+@pytest.mark.parametrize("model", ["sliceplan", "dispatcher", "workerprocess", "operatoraction"])
+def test_machine_written_models_cannot_be_added(admin_client, model):
+    assert admin_client.get(reverse(f"admin:tasksapp_{model}_add")).status_code == 403
+
+
+def test_job_change_page_has_machine_fields_read_only(admin_client):
+    job = make_job()
+    response = admin_client.get(reverse("admin:tasksapp_job_change", args=[job.id]))
+    assert response.status_code == 200
+    form_fields = set(response.context["adminform"].form.fields)
+    assert {"state", "attempts", "started_at", "errors", "lease_token"}.isdisjoint(form_fields)
+    assert {"handler", "run_at", "payload"} <= form_fields
+
+
+def test_job_admin_actions_call_the_services(admin_client):
+    scheduled, dead = make_job(), make_job(JobState.DEAD)
+    url = reverse("admin:tasksapp_job_changelist")
+    admin_client.post(url, {"action": "cancel_jobs", "_selected_action": [scheduled.id]})
+    admin_client.post(url, {"action": "retry_jobs", "_selected_action": [dead.id]})
+    scheduled.refresh_from_db()
+    dead.refresh_from_db()
+    assert scheduled.state == JobState.CANCELLED and dead.state == JobState.SCHEDULED
+    assert set(OperatorAction.objects.values_list("action", "via")) == {
+        ("cancel", "admin"),
+        ("retry", "admin"),
+    }
+
+
+def test_job_admin_action_refused_transition_is_a_warning(admin_client):
+    running = make_job(JobState.RUNNING)
+    url = reverse("admin:tasksapp_job_changelist")
+    response = admin_client.post(
+        url, {"action": "cancel_jobs", "_selected_action": [running.id]}, follow=True
+    )
+    assert "only scheduled or failed jobs can be cancelled" in response.content.decode()
+    assert not OperatorAction.objects.exists()
+
+
+def test_viewer_staff_sees_no_job_actions(roles, viewer):
+    viewer.is_staff = True
+    viewer.save()
+    client = Client()
+    client.force_login(viewer)
+    response = client.get(reverse("admin:tasksapp_job_changelist"))
+    assert response.status_code == 200
+    assert "cancel_jobs" not in response.content.decode()
+
+
+def test_member_added_in_admin_gets_ordinal_and_phase_from_the_service(admin_client):
+    member_create(external_id="first")
+    response = admin_client.post(reverse("admin:tasksapp_member_add"), {"external_id": "second"})
+    assert response.status_code == 302
+    member = Member.objects.get(external_id="second")
+    assert member.ordinal == 1 and 0 <= member.phase < 1
+
+
+def test_member_actions_and_delete_use_the_services(admin_client):
+    member = member_create(external_id="m1")
+    url = reverse("admin:tasksapp_member_changelist")
+    admin_client.post(url, {"action": "deactivate_members", "_selected_action": [member.id]})
+    assert not Member.objects.get(id=member.id).active
+    admin_client.post(reverse("admin:tasksapp_member_delete", args=[member.id]), {"post": "yes"})
+    assert not Member.objects.filter(id=member.id).exists()
+    from tasksapp.models import FreeOrdinal
+
+    assert FreeOrdinal.objects.filter(ordinal=member.ordinal).exists()
+
+
+def _task_form(**overrides) -> dict:
+    data = {
+        "name": "nightly",
+        "handler": HANDLER,
+        "payload": "{}",
+        "max_attempts": "5",
+        "retry_policy": "{}",
+        "delivery": "transactional",
+        "time_limit": "",
+        "epoch_0": "2026-01-01",
+        "epoch_1": "00:00:00",
+        "period": "1 00:00:00",
+        "slices": "24",
+        "active": "on",
+    }
+    data.update(overrides)
+    return data
+
+
+def test_recurring_task_added_in_admin_goes_through_the_service(admin_client):
+    response = admin_client.post(reverse("admin:tasksapp_recurringtask_add"), _task_form())
+    assert response.status_code == 302
+    task = RecurringTask.objects.get(name="nightly")
+    assert task.period == dt.timedelta(days=1) and task.slices == 24
+
+
+def test_recurring_task_refused_by_the_service_shows_its_message(admin_client):
+    response = admin_client.post(
+        reverse("admin:tasksapp_recurringtask_add"),
+        _task_form(period="0 00:10:00", slices="20"),
+    )
+    assert response.status_code == 200
+    assert "a slice must last at least 1 minute" in response.content.decode()
+    assert not RecurringTask.objects.exists()
+
+
+def test_recurring_task_change_goes_through_the_service(admin_client):
+    task = recurring_task_create(name="nightly", handler=HANDLER, period=dt.timedelta(days=1))
+    url = reverse("admin:tasksapp_recurringtask_change", args=[task.id])
+    page = admin_client.get(url).content.decode()
+    assert "tempo: plan due slices" in page  # the django-celery-beat entry
+    epoch = timezone.localtime(task.epoch)
+    form = _task_form(
+        slices="12", epoch_0=epoch.strftime("%Y-%m-%d"), epoch_1=epoch.strftime("%H:%M:%S")
+    )
+    form.pop("name")
+    response = admin_client.post(url, form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    task.refresh_from_db()
+    assert task.slices == 12 or task.next_slices == 12
+
+
+def test_recurring_task_admin_actions(admin_client):
+    task = recurring_task_create(name="nightly", handler=HANDLER, period=dt.timedelta(days=1))
+    url = reverse("admin:tasksapp_recurringtask_changelist")
+    admin_client.post(url, {"action": "pause_tasks", "_selected_action": [task.id]})
+    assert not RecurringTask.objects.get(id=task.id).active
+    assert OperatorAction.objects.get().via == "admin"
+
+
+def test_beat_admin_shows_the_planner_schedule(admin_client):
+    url = reverse("admin:django_celery_beat_periodictask_changelist")
+    assert "tempo: plan due slices" in admin_client.get(url).content.decode()
