@@ -23,15 +23,18 @@ ORDER BY run_at, id
 LIMIT %(limit)s
 """
 
+# Joined with unnest, not `id = ANY(array)`: with tens of thousands of ids the latter
+# is checked linearly for every row the plan visits (16 s for 50,000 ids, 70 ms joined).
 CLAIM_DUE = f"""
-UPDATE {JOB_TABLE}
-SET state = 'claimed', lease_token = lease_token + 1, claimed_by = %(owner)s,
+UPDATE {JOB_TABLE} j
+SET state = 'claimed', lease_token = j.lease_token + 1, claimed_by = %(owner)s,
     claimed_at = clock_timestamp(),
     lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
-WHERE id = ANY(%(ids)s)
-  AND state IN ('scheduled', 'failed')
-  AND run_at <= clock_timestamp() + make_interval(secs => %(lead)s)
-RETURNING id, lease_token, floor(extract(epoch FROM run_at) * 1000)::bigint
+FROM unnest(%(ids)s::bigint[]) AS t(id)
+WHERE j.id = t.id
+  AND j.state IN ('scheduled', 'failed')
+  AND j.run_at <= clock_timestamp() + make_interval(secs => %(lead)s)
+RETURNING j.id, j.lease_token, floor(extract(epoch FROM j.run_at) * 1000)::bigint
 """
 
 START_CLAIMED = f"""
