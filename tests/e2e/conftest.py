@@ -1,0 +1,1 @@
+from tests.dashboard.fixtures import *  # noqa: F403

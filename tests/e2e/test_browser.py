@@ -1,0 +1,309 @@
+"""End to end in headless Chromium (Debian's `chromium` and `chromium-driver`, never a
+downloaded browser): log in, watch the overview refresh with live data, open a recurring
+task's plan, cancel a job as an operator, be refused as a viewer.
+
+Every page is saved as a screenshot: into $TEMPO_SCREENSHOTS if set (the committed ones
+in docs/screenshots/ come from `TEMPO_SCREENSHOTS=docs/screenshots`), else into the
+test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import os
+import random
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from tasksapp.models import (
+    Dispatcher,
+    DispatcherCounter,
+    Job,
+    JobState,
+    OperatorAction,
+    WorkerProcess,
+)
+from tasksapp.services import member_create_many, recurring_task_create, slice_plan
+from tests.dashboard.fixtures import HANDLER, make_job
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+WIDTH, HEIGHT = 1440, 900
+
+pytestmark = [
+    pytest.mark.skipif(
+        not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+        reason="headless Chromium is missing: apt-get install chromium chromium-driver",
+    ),
+    pytest.mark.django_db(transaction=True),
+]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never download anything
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = str(CHROMIUM)
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-dev-shm-usage",
+        f"--window-size={WIDTH},{HEIGHT}",
+    ):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver.implicitly_wait(0)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def shots(tmp_path):
+    folder = Path(os.environ.get("TEMPO_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def take(driver, name: str) -> Path:
+        """The whole page, not only the window (Chrome DevTools' full-size capture)."""
+        size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+        height = max(HEIGHT, min(int(size["height"]) + 1, 5000))
+        metrics = {"width": WIDTH, "height": height, "deviceScaleFactor": 1, "mobile": False}
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+        try:
+            shot = driver.execute_cdp_cmd(
+                "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}
+            )
+        finally:
+            driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        path = folder / f"{name}.png"
+        path.write_bytes(base64.b64decode(shot["data"]))
+        return path
+
+    return take
+
+
+def wait(driver, condition, timeout: float = 10.0):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
+
+
+def login(driver, live_server, username: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver.delete_all_cookies()
+    driver.get(f"{live_server.url}/login/")
+    driver.find_element(By.ID, "id_username").send_keys(username)
+    driver.find_element(By.ID, "id_password").send_keys(f"{username}-password-1")
+    driver.find_element(By.ID, "login-submit").click()
+    wait(driver, lambda d: d.current_url.rstrip("/") == live_server.url)
+
+
+def activity() -> None:
+    """An hour of work at a realistic pace, two dispatchers, two workers, a day of
+    counters: enough for every chart to have something to draw."""
+    rng = random.Random(7)
+    now = timezone.now()
+    jobs = []
+    for i in range(900):
+        run_at = now - dt.timedelta(seconds=i * 4 + rng.random())
+        lag = dt.timedelta(milliseconds=rng.lognormvariate(2.5, 0.6))
+        failed = rng.random() < 0.04
+        jobs.append(
+            Job(
+                handler=HANDLER,
+                run_at=run_at,
+                state=JobState.DEAD if failed else JobState.SUCCEEDED,
+                attempts=2 if rng.random() < 0.06 else 1,
+                claimed_at=run_at,
+                started_at=run_at + lag,
+                finished_at=run_at + lag + dt.timedelta(milliseconds=30),
+                last_error="ValueError: upstream said no" if failed else "",
+            )
+        )
+    for i in range(120):
+        jobs.append(Job(handler=HANDLER, run_at=now + dt.timedelta(minutes=i)))
+    Job.objects.bulk_create(jobs)
+    Dispatcher.objects.create(
+        name="dispatcher-1", hostname="node-a", pid=4101, partitions=list(range(8))
+    )
+    Dispatcher.objects.create(
+        name="dispatcher-2", hostname="node-b", pid=4102, partitions=list(range(8, 16))
+    )
+    WorkerProcess.objects.create(
+        name="worker-a", hostname="node-a", pid=5101, running=3, succeeded=4120, failed=37
+    )
+    WorkerProcess.objects.create(
+        name="worker-b", hostname="node-b", pid=5102, running=1, succeeded=3987, failed=41
+    )
+    top = now.replace(minute=0, second=0, microsecond=0)
+    counters = []
+    for hour in range(24):
+        for name in ("dispatcher-1", "dispatcher-2"):
+            claims = 400 + rng.randrange(200)
+            counters.append(
+                DispatcherCounter(
+                    dispatcher=name,
+                    minute=top - dt.timedelta(hours=hour),
+                    polls=15,
+                    claims=claims,
+                    claims_lost=rng.randrange(3),
+                    single_reads=rng.randrange(5),
+                    statements=claims // 40 + 20,
+                )
+            )
+    DispatcherCounter.objects.bulk_create(counters)
+
+
+def test_login_and_live_overview(browser, live_server, viewer, shots):
+    from selenium.webdriver.common.by import By
+
+    activity()
+    browser.get(f"{live_server.url}/")
+    assert "/login/" in browser.current_url
+    shots(browser, "01-login")
+    login(browser, live_server, "vera")
+    tiles = {
+        t.get_attribute("data-state"): t.text
+        for t in browser.find_elements(By.CSS_SELECTOR, ".tile")
+    }
+    assert tiles["scheduled"].startswith("120")
+    assert "dispatcher-1" in browser.page_source and "worker-b" in browser.page_source
+    wait(browser, lambda d: d.execute_script("return Object.keys(Chart.instances).length") == 2)
+    shots(browser, "02-overview")
+    # Live: a new job appears in the tiles at the next refresh, without reloading the page.
+    make_job()
+    browser.execute_script("window.__marker = 1")
+    wait(
+        browser,
+        lambda d: d.find_element(
+            By.CSS_SELECTOR, '.tile[data-state="scheduled"] .n'
+        ).text.startswith("121"),
+        timeout=25,
+    )
+    assert browser.execute_script("return window.__marker") == 1  # same page, refreshed part
+    assert browser.find_element(By.CSS_SELECTOR, "[data-role]").text == "viewer"
+
+
+def test_recurring_task_plan(browser, live_server, viewer, shots):
+    from selenium.webdriver.common.by import By
+
+    epoch = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    task = recurring_task_create(
+        name="nightly profile sync",
+        handler=HANDLER,
+        period=dt.timedelta(days=1),
+        slices=24,
+        epoch=epoch,
+    )
+    recurring_task_create(
+        name="weekly digest",
+        handler="tests.handlers.recording.noop",
+        period=dt.timedelta(days=7),
+        slices=7,
+        epoch=epoch,
+    )
+    member_create_many(external_ids=[f"member-{i}" for i in range(2000)])
+    now = timezone.now()
+    period = (now - epoch) // task.period
+    for index in range(min(24, now.hour + 3)):
+        slice_plan(task=task, period=period, slice_index=index, now=epoch)
+    login(browser, live_server, "vera")
+    browser.get(f"{live_server.url}/recurring/")
+    assert "nightly profile sync" in browser.page_source
+    shots(browser, "03-recurring-list")
+    browser.find_element(By.LINK_TEXT, "nightly profile sync").click()
+    browser.find_element(By.ID, "member-input").send_keys("member-42\n")
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#member-runs li"))
+    runs = browser.find_elements(By.CSS_SELECTOR, "#member-runs li")
+    assert len(runs) == 5
+    wait(browser, lambda d: d.execute_script("return Object.keys(Chart.instances).length") == 2)
+    strip_width = browser.execute_script("return document.getElementById('strip').width")
+    assert strip_width > 0
+    slices = browser.find_elements(By.CSS_SELECTOR, "#slices tr")
+    assert len(slices) == 25  # header + 24 slices
+    assert "●" in browser.find_element(By.ID, "slices").text  # today's slice is marked
+    shots(browser, "04-recurring-plan")
+
+
+def test_operator_cancels_a_job(browser, live_server, operator, shots):
+    from selenium.webdriver.common.by import By
+
+    activity()
+    job = make_job(
+        created_at=timezone.now() - dt.timedelta(minutes=5),
+        payload={"order": 42},
+        errors=[
+            {
+                "attempt": 1,
+                "at": timezone.now().isoformat(),
+                "error": "timeout",
+                "kind": "exception",
+            }
+        ],
+    )
+    login(browser, live_server, "otto")
+    browser.get(f"{live_server.url}/jobs/")
+    assert str(job.id) in browser.find_element(By.ID, "jobs").text
+    shots(browser, "05-jobs")
+    browser.get(f"{live_server.url}/jobs/{job.id}/")
+    browser.find_element(By.ID, "cancel").click()
+    wait(browser, lambda d: "cancelled." in d.find_element(By.CSS_SELECTOR, ".messages").text)
+    assert browser.find_element(By.ID, "job-state").text == "cancelled"
+    assert Job.objects.get(id=job.id).state == JobState.CANCELLED
+    assert OperatorAction.objects.get().username == "otto"
+    shots(browser, "06-job-cancelled")
+    browser.get(f"{live_server.url}/audit/")
+    assert "otto" in browser.find_element(By.ID, "audit").text
+    shots(browser, "07-audit")
+
+
+def test_viewer_is_refused(browser, live_server, viewer, shots):
+    from selenium.webdriver.common.by import By
+
+    job = make_job()
+    login(browser, live_server, "vera")
+    browser.get(f"{live_server.url}/jobs/{job.id}/")
+    button = browser.find_element(By.ID, "cancel")
+    assert not button.is_enabled()
+    # The server refuses too, not only the page: send the form anyway.
+    browser.execute_script("document.getElementById('cancel').disabled = false")
+    browser.find_element(By.ID, "cancel").click()
+    wait(browser, lambda d: "Not allowed" in d.page_source)
+    shots(browser, "08-viewer-refused")
+    assert Job.objects.get(id=job.id).state == JobState.SCHEDULED
+    assert not OperatorAction.objects.exists()
+
+
+def test_graph_job_page(browser, live_server, viewer, shots):
+    job = make_job(
+        JobState.SUCCEEDED,
+        payload={
+            "graph": {
+                "has": ["UserId"],
+                "wants": ["Friends", "Feed"],
+                "strategy": "rollback",
+                "layers": [["load_user"], ["load_friends", "load_posts"], ["build_feed"]],
+            }
+        },
+        result={
+            "graph_tasks": {
+                "load_user": {"state": "succeeded", "result": {"user": 7}},
+                "load_friends": {"state": "succeeded", "result": {"friends": 12}},
+                "load_posts": {"state": "succeeded", "result": {"posts": 40}},
+                "build_feed": {"state": "succeeded", "result": {"items": 25}},
+            }
+        },
+    )
+    login(browser, live_server, "vera")
+    browser.get(f"{live_server.url}/jobs/{job.id}/")
+    assert "Task graph" in browser.page_source and "build_feed" in browser.page_source
+    shots(browser, "09-graph-job")
