@@ -68,7 +68,9 @@ class JobListView(APIView):
             run_at_from=query.get("run_at_from"),
             run_at_to=query.get("run_at_to"),
         )
-        page = job_page(filters=filters, cursor=query.get("cursor"), limit=query["limit"])
+        page = job_page(
+            filters=filters, cursor=query.get("cursor"), limit=query["limit"], columns=None
+        )
         return Response(
             {"results": s.JobSerializer(page.jobs, many=True).data, "next": page.next_cursor}
         )

@@ -116,15 +116,24 @@ def member_job_keys(*, member: Member, task: RecurringTask | None = None) -> lis
     ]
 
 
-def job_page(*, filters: JobFilters, cursor: str | None = None, limit: int = PAGE_SIZE) -> JobPage:
-    """One page of jobs matching `filters`, latest run time first, after `cursor`."""
+def job_page(
+    *,
+    filters: JobFilters,
+    cursor: str | None = None,
+    limit: int = PAGE_SIZE,
+    columns: tuple[str, ...] | None = LIST_FIELDS,
+) -> JobPage:
+    """One page of jobs matching `filters`, latest run time first, after `cursor`; only
+    `columns` are loaded (None: all of them)."""
     limit = max(1, min(limit, MAX_PAGE_SIZE))
     jobs = _filtered(filters)
     if cursor:
         run_at, job_id = cursor_decode(cursor)
         # run_at <= bound keeps it one index range; the OR only breaks ties on run_at.
         jobs = jobs.filter(Q(run_at__lt=run_at) | Q(id__lt=job_id), run_at__lte=run_at)
-    rows = list(jobs.only(*LIST_FIELDS).order_by("-run_at", "-id")[: limit + 1])
+    if columns is not None:
+        jobs = jobs.only(*columns)
+    rows = list(jobs.order_by("-run_at", "-id")[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
     return JobPage(rows, cursor_encode(rows[-1]) if more and rows else None, filters)

@@ -240,6 +240,7 @@ def test_operator_cancels_a_job(browser, live_server, operator, shots):
     activity()
     job = make_job(
         created_at=timezone.now() - dt.timedelta(minutes=5),
+        run_at=timezone.now() + dt.timedelta(hours=3),  # the latest: first in the list
         payload={"order": 42},
         errors=[
             {
