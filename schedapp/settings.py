@@ -171,7 +171,21 @@ TEMPO = {
     "QUEUE": env.str("TEMPO_QUEUE", default="tempo"),
     # Dispatchers and workers commit their transitions asynchronously (see tasksapp/db.py).
     "ASYNC_COMMIT": env.bool("TEMPO_ASYNC_COMMIT", default=True),
+    # "database": dispatchers poll and hold due jobs in memory (the default);
+    # "redis": a Redis due index says what is due (docs/ARCHITECTURE.md, dispatch modes).
+    "DISPATCH_MODE": env.str("TEMPO_DISPATCH_MODE", default="database"),
+    "INDEX_REDIS_URL": env.str("TEMPO_INDEX_REDIS_URL", default=CELERY_BROKER_URL),
+    # Key prefix of the index; by default the queue name, so clusters never share one.
+    "INDEX_PREFIX": env.str("TEMPO_INDEX_PREFIX", default=""),
+    # How often the index takes in jobs due beyond the notify window (jobs-table reads).
+    "INDEX_SYNC_SECONDS": env.float("TEMPO_INDEX_SYNC_SECONDS", default=300.0),
+    # How often an idle dispatcher asks the index (and so notices an emptied Redis).
+    "INDEX_CHECK_SECONDS": env.float("TEMPO_INDEX_CHECK_SECONDS", default=1.0),
+    # A take not confirmed within this time is returned to the index by any instance.
+    "INDEX_LEASE_SECONDS": env.float("TEMPO_INDEX_LEASE_SECONDS", default=5.0),
+    "INDEX_RETURN_SECONDS": env.float("TEMPO_INDEX_RETURN_SECONDS", default=2.0),
 }
+TEMPO["INDEX_PREFIX"] = TEMPO["INDEX_PREFIX"] or f"{TEMPO['QUEUE']}:"
 
 # Long-running processes (dispatcher, workers) keep their connection between turns.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=600)

@@ -117,7 +117,19 @@ class DispatcherLoop:
         self.stopping = False
         self.coordinator: PostgresCoordinator | LocalCoordinator | None = None
         self.record: Dispatcher | None = None
+        self.redis_mode = self._redis_mode(cfg["DISPATCH_MODE"])
         self._reset_schedule()
+
+    def _redis_mode(self, mode: str):
+        if mode not in ("database", "redis"):
+            raise ValueError(f"TEMPO_DISPATCH_MODE must be database or redis, not {mode!r}")
+        if mode == "database":
+            return None
+        if not self.uses_notify:
+            raise ValueError("TEMPO_DISPATCH_MODE=redis needs PostgreSQL (LISTEN/NOTIFY)")
+        from tasksapp.dispatcher.redis_mode import RedisMode
+
+        return RedisMode(self)
 
     def _reset_schedule(self) -> None:
         self.horizon_ms = -math.inf  # every pending owned job due before this is held
@@ -138,6 +150,8 @@ class DispatcherLoop:
                 "started_at": timezone.now(),
                 "stopped_at": None,
                 "partitions": [],
+                # Redis mode starts on polling while it checks (or builds) the index.
+                "dispatch_mode": "database" if self.redis_mode is None else "redis-fallback",
             },
         )
         kind = PostgresCoordinator if self.uses_notify else LocalCoordinator
@@ -181,6 +195,8 @@ class DispatcherLoop:
             self._ensure_connected()
             if self.now_ms() >= self.next_coordination:
                 self._coordinate()
+            if self.redis_mode is not None:
+                self.redis_mode.step()
             if self.now_ms() >= self.next_poll:
                 self._poll()
             self._dispatch_due()
@@ -211,25 +227,34 @@ class DispatcherLoop:
         connection.close()
         self.wheel = TimingWheel(start_ms=int(time.time() * 1000))
         self.ready = {}
+        if self.redis_mode is not None:
+            self.redis_mode.reset()
         time.sleep(1.0)
 
     def _coordinate(self) -> None:
         assert self.coordinator is not None
         change = self.coordinator.rebalance()
         if change.released:
-            released = set(change.released)
-            self.wheel.remove_where(lambda key: key % self.partitions in released)
-            self.ready = {
-                k: v for k, v in self.ready.items() if k % self.partitions not in released
-            }
+            self.drop_held(set(change.released))
+            if self.redis_mode is not None:
+                self.redis_mode.released(change.released)
         if change.gained:
             log.info("dispatcher %s: took partitions %s", self.name, change.gained)
             self.horizon_ms, self.cursor, self.next_poll = -math.inf, None, 0.0
             self.next_reap = 0.0  # orphans of a dead owner
+            if self.redis_mode is not None:
+                self.redis_mode.gained(change.gained)
         self.next_coordination = self.now_ms() + self.cfg["COORDINATION_SECONDS"] * 1000
+
+    def drop_held(self, partitions: set[int]) -> None:
+        """Forget the timers of these partitions (released, or served by the index)."""
+        self.wheel.remove_where(lambda key: key % self.partitions in partitions)
+        self.ready = {k: v for k, v in self.ready.items() if k % self.partitions not in partitions}
 
     def _poll(self) -> None:
         owned = self._owned()
+        if self.redis_mode is not None:
+            owned = self.redis_mode.polled(owned)
         if not owned:
             self.next_poll = self.now_ms() + self.cfg["POLL_INTERVAL_SECONDS"] * 1000
             return
@@ -269,6 +294,10 @@ class DispatcherLoop:
         due = list(self.ready)[:room]
         for job_id in due:
             del self.ready[job_id]
+        self.claim_and_publish(due)
+
+    def claim_and_publish(self, due: list[int]) -> None:
+        """Claim these ids (fenced: only rows still due are won) and publish the claims."""
         claims = job_claim_due(ids=due, owner=self.name, ttl=self.cfg["CLAIM_TTL_SECONDS"])
         self.counters.update(statements=1, claims=len(claims), claims_lost=len(due) - len(claims))
         if len(claims) < len(due):
@@ -281,14 +310,17 @@ class DispatcherLoop:
             self.next_reap = min(self.next_reap or math.inf, check_at)
 
     def _room(self) -> int:
+        return self._room_for(len(self.ready))
+
+    def _room_for(self, wanted: int) -> int:
         """How many due jobs may be claimed now. Claiming faster than the workers start
         jobs would only let claims expire in the queue and be claimed again."""
         backlog_of = getattr(self.publisher, "backlog", None)
         backlog = backlog_of() if backlog_of else None
         if backlog is None:
-            return len(self.ready)
+            return wanted
         free_messages = self.cfg["MAX_QUEUED_MESSAGES"] - backlog
-        return max(0, free_messages) * self.cfg["MAX_BATCH"]
+        return min(wanted, max(0, free_messages) * self.cfg["MAX_BATCH"])
 
     def _reap(self) -> None:
         reaped, next_expiry_ms = job_reap_expired(partitions=self.partitions, owned=self._owned())
@@ -325,6 +357,8 @@ class DispatcherLoop:
             deadlines.append(wheel_next)
         if self.ready:  # held back: look at the queue again shortly
             deadlines.append(self.now_ms() + BACKPRESSURE_RETRY_MS)
+        if self.redis_mode is not None:
+            deadlines.append(self.redis_mode.next_deadline())
         timeout = min(MAX_WAIT_SECONDS, (min(deadlines) - self.now_ms()) / 1000)
         if timeout <= 0:
             return
@@ -337,6 +371,8 @@ class DispatcherLoop:
         job_id = int(head)
         if job_id % self.partitions not in self._owned_set():
             return
+        if self.redis_mode is not None and self.redis_mode.on_notification(job_id, tail):
+            return  # indexed in Redis
         if tail == "x":
             self.wheel.remove(job_id)
             self.ready.pop(job_id, None)

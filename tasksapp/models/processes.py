@@ -13,6 +13,9 @@ class Dispatcher(models.Model):
     stopped_at = models.DateTimeField(null=True, blank=True)
     partitions = models.JSONField(default=list, blank=True)
     clock_offset_ms = models.FloatField(default=0.0)
+    # "database", "redis", or a Redis-mode fallback the dashboard warns about:
+    # "redis-fallback" (shards being rebuilt are polled), "redis-unreachable" (all are).
+    dispatch_mode = models.CharField(max_length=40, default="database")
 
     class Meta:
         indexes = [models.Index(fields=["heartbeat_at"], name="dispatcher_heartbeat_idx")]
