@@ -166,6 +166,9 @@ TEMPO = {
     # Most job ids in one broker message, and how many messages a due batch is split into.
     "MAX_BATCH": env.int("TEMPO_MAX_BATCH", default=250),
     "FANOUT": env.int("TEMPO_FANOUT", default=32),
+    # Handlers of one batch run side by side on this many threads per worker process
+    # (1: one after another). Pair a value > 1 with `celery worker -c 1`.
+    "BATCH_PARALLELISM": env.int("TEMPO_BATCH_PARALLELISM", default=1),
     # Backpressure: claim only while fewer messages than this wait in the queue.
     "MAX_QUEUED_MESSAGES": env.int("TEMPO_MAX_QUEUED_MESSAGES", default=64),
     "QUEUE": env.str("TEMPO_QUEUE", default="tempo"),
@@ -201,3 +204,10 @@ TEMPO_PLANNING = {
     # planned (it runs at once); older ones are counted as missed, never run in a burst.
     "LATE_GRACE_SECONDS": env.float("TEMPO_PLANNING_LATE_GRACE_SECONDS", default=900.0),
 }
+
+# --- Task graphs (tasksapp.graphs, docs/GRAPHS.md) -----------------------------------
+# Modules that register graph tasks, imported at start-up by every process, besides the
+# `graph_tasks` module of each installed app.
+TEMPO_GRAPH_TASK_MODULES = env.list(
+    "TEMPO_GRAPH_TASK_MODULES", default=["tasksapp.graphs.demo_tasks"]
+)

@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.conf import settings
@@ -165,10 +166,10 @@ def execute_batch(claims: Sequence[Sequence[int]]) -> int:
         started += _start_stragglers(claims, {s.id for s in started}, keeper)
     if any(job.delivery == Delivery.AT_MOST_ONCE for job in started):
         flush_commits()  # the start must survive a database crash before the handler runs
-    finished_ok: list[tuple[int, int, Any]] = []
     for job in started:
         keeper.hold(job)
-        status, outcome = _run_one(job)
+    finished_ok: list[tuple[int, int, Any]] = []
+    for job, (status, outcome) in zip(started, _run_all(started), strict=True):
         if status == "pending":
             finished_ok.append(outcome)
         else:
@@ -177,6 +178,51 @@ def execute_batch(claims: Sequence[Sequence[int]]) -> int:
     for job_id, _, _ in finished_ok:
         keeper.release(job_id, succeeded=job_id in done)
     return len(started)
+
+
+_handler_pool: ThreadPoolExecutor | None = None
+_handler_pool_lock = threading.Lock()
+
+
+def _run_all(jobs: list[StartedJob]) -> list[tuple[str, Any]]:
+    """Run a batch's handlers: one after another, or, with TEMPO_BATCH_PARALLELISM > 1,
+    side by side on a pool shared by the whole process (so the process never runs more
+    handlers at once than that)."""
+    parallelism = settings.TEMPO["BATCH_PARALLELISM"]
+    if parallelism <= 1 or len(jobs) <= 1:
+        return [_run_one(job) for job in jobs]
+    return list(_pool(parallelism).map(_run_one_in_thread, jobs))
+
+
+def _pool(parallelism: int) -> ThreadPoolExecutor:
+    global _handler_pool
+    with _handler_pool_lock:
+        if _handler_pool is None:
+            _handler_pool = ThreadPoolExecutor(parallelism, thread_name_prefix="handler")
+        return _handler_pool
+
+
+def stop_handler_pool() -> None:
+    global _handler_pool
+    with _handler_pool_lock:
+        if _handler_pool is not None:
+            # One closing call per thread: the barrier keeps each thread to one call.
+            threads = _handler_pool._max_workers
+            barrier = threading.Barrier(threads)
+
+            def close() -> None:
+                connection.close()
+                barrier.wait(timeout=10)
+
+            for future in [_handler_pool.submit(close) for _ in range(threads)]:
+                future.result()
+            _handler_pool.shutdown(wait=True)
+            _handler_pool = None
+
+
+def _run_one_in_thread(job: StartedJob) -> tuple[str, Any]:
+    close_old_connections()  # each pool thread keeps its own healthy connection
+    return _run_one(job)
 
 
 def _wait_until(run_at_ms: int) -> None:

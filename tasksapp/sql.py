@@ -146,6 +146,12 @@ SELECT pg_advisory_unlock(%(partition_class)s, p) FROM unnest(%(partitions)s::in
 """
 
 LOCK_DISPATCHER = "SELECT pg_advisory_lock(%(dispatcher_class)s, %(dispatcher_id)s)"
+UNLOCK_DISPATCHER = "SELECT pg_advisory_unlock(%(dispatcher_class)s, %(dispatcher_id)s)"
+LIVE_DISPATCHER_IDS = """
+SELECT objid::int FROM pg_locks
+WHERE locktype = 'advisory' AND granted AND classid = %(dispatcher_class)s
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
 
 NOTIFY_TRIGGER_INSTALL = f"""
 CREATE OR REPLACE FUNCTION tasksapp_job_notify() RETURNS trigger AS $$

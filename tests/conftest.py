@@ -50,9 +50,10 @@ def _stop_lease_keeper():
     """The executor starts a lease-keeper thread per process; stop it after each test so
     no connection outlives the test database."""
     yield
-    from tasksapp.executor import stop_lease_keeper
+    from tasksapp.executor import stop_handler_pool, stop_lease_keeper
 
     stop_lease_keeper()
+    stop_handler_pool()
 
 
 class Effects:

@@ -3,6 +3,7 @@
 import datetime as dt
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from tasksapp.executor import execute_batch
@@ -123,3 +124,20 @@ def test_non_transactional_batch_is_completed_in_bulk(delivery):
     assert done.count() == 20
     job = done.get(id=jobs[3].id)
     assert job.result == {"payload": {"i": 3}, "attempt": 1, "key": job.idempotency_key}
+
+
+def test_a_batch_can_run_its_handlers_side_by_side(settings, effects):
+    settings.TEMPO = {**settings.TEMPO, "BATCH_PARALLELISM": 5}
+    jobs = [
+        JobFactory(handler="tests.handlers.recording.record_slowly", payload={"seconds": 0.3})
+        for _ in range(5)
+    ]
+    assert claim_and_run(*jobs) == 5
+    assert Job.objects.filter(state=JobState.SUCCEEDED).count() == 5
+    assert effects.count() == 5
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT extract(epoch FROM max(executed_at) - min(executed_at)) FROM test_effects"
+        )
+        spread = cursor.fetchone()[0]
+    assert spread < 0.25  # one after another, the five 0.3 s handlers would span 1.2 s

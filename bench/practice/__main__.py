@@ -52,6 +52,12 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--instances", type=int, default=5)
     parser.add_argument("--workers", type=int, default=6, help="Celery worker processes")
     parser.add_argument("--threads", type=int, default=5, help="executions per worker")
+    parser.add_argument(
+        "--one-per-message",
+        action="store_true",
+        help="one job per message and -c THREADS per worker, instead of "
+        "batches run side by side by a -c 1 worker",
+    )
     parser.add_argument("--no-kills", action="store_true", help="no HA kills")
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--seed", type=int, default=20190831)
@@ -74,6 +80,10 @@ class Practice:
         self.ours_sql = ours.connect()
         self.naive_sql = baseline.connect() if baseline else None
         self.logs = Path(tempfile.mkdtemp(prefix="bench-practice-"))
+        # By default a dispatcher's share of a burst travels in messages of up to
+        # --threads jobs; each worker takes one message at a time and runs its handlers
+        # side by side (never more than --threads at once per process).
+        batching = {} if args.one_per_message else {"TEMPO_BATCH_PARALLELISM": str(args.threads)}
         self.cluster = Cluster(
             database_url=ours.url,
             broker_url=BROKER_URL,
@@ -82,6 +92,7 @@ class Practice:
             TEMPO_COORDINATION_SECONDS="2",
             TEMPO_CLAIM_TTL_SECONDS="10",
             TEMPO_RUN_LEASE_SECONDS="6",
+            **batching,
         )
         self.naive_procs: dict[str, subprocess.Popen] = {}
         self.events: list[Event] = []
@@ -107,8 +118,9 @@ class Practice:
 
     # -- processes --------------------------------------------------------------------
     def plan(self) -> None:
+        per_worker = self.args.threads if self.args.one_per_message else 1
         for i in range(self.args.workers):
-            self.cluster.worker(f"w{i + 1}", concurrency=self.args.threads)
+            self.cluster.worker(f"w{i + 1}", concurrency=per_worker)
         names = [f"d{i + 1}" for i in range(self.args.instances)]
         for name in names:
             at = self.t0 + self.rng.uniform(0, 9)

@@ -7,7 +7,9 @@ session LISTENs for the job notifications sent by the insert/update trigger.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -17,6 +19,82 @@ from django.db import connection
 from tasksapp import sql
 
 log = logging.getLogger(__name__)
+
+
+REBALANCE = "rebalance"  # a NOTIFY payload: rebalance partitions now
+
+
+def next_peer(peers: list[int], me: int) -> int | None:
+    """The peer this instance watches: the next instance id after its own, in a ring."""
+    others = sorted(set(peers) - {me})
+    if not others:
+        return None
+    return next((p for p in others if p > me), others[0])
+
+
+class PeerWatcher:
+    """Learns the moment a peer dispatcher dies, without polling.
+
+    It blocks on the next peer's instance lock (ring order); Postgres grants it as soon as
+    that peer's session ends — SIGKILL or graceful stop alike — and the watcher then tells
+    every dispatcher to rebalance at once. A lock timeout makes it re-pick its peer when
+    instances come and go. Cost: one idle connection.
+    """
+
+    def __init__(self, params: dict, instance_key: int) -> None:
+        self._params = params
+        self._me = instance_key
+        self._stop = threading.Event()
+        self._conn: psycopg.Connection | None = None
+        self._thread = threading.Thread(target=self._run, name="peer-watcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.cancel()  # interrupt the lock wait
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(**self._params, autocommit=True) as conn:
+                    self._conn = conn
+                    conn.execute("SET lock_timeout = '5s'")
+                    conn.execute(f"LISTEN {sql.NOTIFY_CHANNEL}")  # to hear a peer join
+                    while not self._stop.is_set():
+                        self._watch_once(conn)
+            except psycopg.Error as exc:
+                if not self._stop.is_set():
+                    log.debug("peer watcher: %s", exc)
+                    self._stop.wait(1.0)
+            finally:
+                self._conn = None
+
+    def _watch_once(self, conn: psycopg.Connection) -> None:
+        peers = [
+            row[0]
+            for row in conn.execute(
+                sql.LIVE_DISPATCHER_IDS, {"dispatcher_class": sql.DISPATCHER_LOCK_CLASS}
+            ).fetchall()
+        ]
+        peer = next_peer(peers, self._me)
+        if peer is None:  # alone: wait for a peer to announce itself
+            for _ in conn.notifies(timeout=2.0, stop_after=1):
+                pass
+            return
+        key = {"dispatcher_class": sql.DISPATCHER_LOCK_CLASS, "dispatcher_id": peer}
+        try:
+            conn.execute(sql.LOCK_DISPATCHER, key)  # returns when the peer is gone
+        except psycopg.errors.LockNotAvailable:
+            return  # still alive: look at the ring again
+        conn.execute(sql.UNLOCK_DISPATCHER, key)
+        conn.execute("SELECT pg_notify(%s, %s)", [sql.NOTIFY_CHANNEL, REBALANCE])
+        log.info("peer dispatcher %s is gone: rebalancing", peer)
 
 
 def partition_targets(partitions: int, live_pids: list[int], my_pid: int) -> int:
@@ -41,6 +119,7 @@ class PostgresCoordinator:
         self._best_rtt = float("inf")
         self._conn: psycopg.Connection | None = None
         self._pid = 0
+        self._watcher: PeerWatcher | None = None
 
     # -- session ----------------------------------------------------------------------
     def connect(self) -> None:
@@ -59,8 +138,15 @@ class PostgresCoordinator:
         self._pid = self._conn.info.backend_pid
         self.owned = set()
         self._best_rtt = float("inf")
+        self._watcher = PeerWatcher(params, self.instance_id % 2**31)
+        self._watcher.start()
+        # Tell the others a peer joined, so they hand over its share now.
+        self._conn.execute("SELECT pg_notify(%s, %s)", [sql.NOTIFY_CHANNEL, REBALANCE])
 
     def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
         if self._conn is not None:
             try:
                 self._conn.close()  # releases every advisory lock at once

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from tasksapp import sql
 from tasksapp.db import use_async_commit
-from tasksapp.dispatcher.coordination import LocalCoordinator, PostgresCoordinator
+from tasksapp.dispatcher.coordination import REBALANCE, LocalCoordinator, PostgresCoordinator
 from tasksapp.dispatcher.wheel import TimingWheel
 from tasksapp.models import Dispatcher, DispatcherCounter
 from tasksapp.services.transitions import Claim, job_claim_due, job_poll_due, job_reap_expired
@@ -85,12 +85,16 @@ class CeleryPublisher:
             return None
 
 
-def split_batches(claims: Sequence[Claim], *, fanout: int, max_batch: int) -> list[list[list[int]]]:
-    """Few claims: one message each, so workers run them in parallel. Many: up to
-    `max_batch` per message, so the broker is not the bottleneck."""
+def split_batches(
+    claims: Sequence[Claim], *, fanout: int, max_batch: int, parallelism: int = 1
+) -> list[list[list[int]]]:
+    """Cut claimed jobs into messages. Few claims: messages of `parallelism` jobs (one
+    each by default), so idle workers run them side by side. Many: up to `max_batch` per
+    message, so the broker is not the bottleneck."""
     if not claims:
         return []
-    size = max(1, min(max_batch, math.ceil(len(claims) / fanout)))
+    size = max(min(len(claims), parallelism), math.ceil(len(claims) / fanout))
+    size = max(1, min(max_batch, size))
     rows = [[c.id, c.token, c.run_at_ms] for c in sorted(claims, key=lambda c: c.run_at_ms)]
     return [rows[i : i + size] for i in range(0, len(rows), size)]
 
@@ -302,7 +306,12 @@ class DispatcherLoop:
         self.counters.update(statements=1, claims=len(claims), claims_lost=len(due) - len(claims))
         if len(claims) < len(due):
             self._flush_counters()
-        batches = split_batches(claims, fanout=self.cfg["FANOUT"], max_batch=self.cfg["MAX_BATCH"])
+        batches = split_batches(
+            claims,
+            fanout=self.cfg["FANOUT"],
+            max_batch=self.cfg["MAX_BATCH"],
+            parallelism=self.cfg["BATCH_PARALLELISM"],
+        )
         self.publisher(batches)
         self.counters.update(messages=len(batches))
         if claims:
@@ -367,6 +376,9 @@ class DispatcherLoop:
 
     def _on_notification(self, payload: str) -> None:
         self.counters.update(notifications=1)
+        if payload == REBALANCE:  # a peer came or went: look at the partitions now
+            self.next_coordination = 0.0
+            return
         head, _, tail = payload.partition(":")
         job_id = int(head)
         if job_id % self.partitions not in self._owned_set():

@@ -6,6 +6,7 @@ import time
 import pytest
 from django.utils import timezone
 
+from tasksapp import sql
 from tasksapp.dispatcher.loop import DispatcherLoop, split_batches
 from tasksapp.models import Dispatcher, DispatcherCounter, Job, JobState
 from tasksapp.services import job_schedule
@@ -44,6 +45,19 @@ def run_until(predicate, *loops, timeout=5.0):
         if predicate():
             return
     raise AssertionError("condition not reached in time")
+
+
+def waits_on(loop) -> bool:
+    """Whether some session waits for `loop`'s instance lock (a peer watcher)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            " AND classid = %s AND objid = %s",
+            [sql.DISPATCHER_LOCK_CLASS, loop.record.id],
+        )
+        return cursor.fetchone()[0] > 0
 
 
 def schedule(seconds_from_now: float) -> Job:
@@ -136,6 +150,12 @@ def test_split_batches_fans_out_small_batches_and_packs_large_ones():
     many = [Claim(i, 1, 1000) for i in range(100_000)]
     batches = split_batches(many, fanout=32, max_batch=250)
     assert len(batches) == 400 and all(len(b) == 250 for b in batches)
+    # Workers that run a batch's handlers side by side get small groups of that size.
+    sizes = [len(b) for b in split_batches(claims, fanout=32, max_batch=250, parallelism=5)]
+    assert sizes == [5, 5, 5, 5]
+    assert [len(b) for b in split_batches(claims[:3], fanout=32, max_batch=250, parallelism=5)] == [
+        3
+    ]
 
 
 class SlowQueue(RecordingPublisher):
@@ -173,3 +193,26 @@ def test_a_burst_larger_than_one_poll_page_is_fetched_in_pages(loops, publisher,
     polls = sum(DispatcherCounter.objects.filter(dispatcher="d1").values_list("polls", flat=True))
     assert polls <= 4  # three pages and a final short one, not a loop over the first page
     assert set(loop.wheel.keys()) == set(ids)
+
+
+def test_a_dead_peer_is_noticed_at_once_not_at_the_next_round(loops, settings):
+    settings.TEMPO = {**settings.TEMPO, "COORDINATION_SECONDS": 60}
+    first, second = RecordingPublisher(), RecordingPublisher()
+    a = loops("a", first)
+    run_until(lambda: len(a.coordinator.owned) == 16, a)
+    b = loops("b", second)
+    # The newcomer announces itself: a hands over half now, not in 60 s.
+    run_until(lambda: len(a.coordinator.owned) == len(b.coordinator.owned) == 8, a, b, timeout=5)
+    # Settle: no rebalance pending, the next periodic round a minute away, and a's watcher
+    # queued on b's instance lock.
+    run_until(
+        lambda: a.next_coordination > a.now_ms() + 10_000
+        and len(a.coordinator.owned) == 8
+        and waits_on(b),
+        a,
+        b,
+    )
+    b.coordinator._conn.close()  # its session ends as if the process died
+    began = time.monotonic()
+    run_until(lambda: len(a.coordinator.owned) == 16, a, timeout=5)
+    assert time.monotonic() - began < 2  # the peer watcher woke it, not the 60 s round
