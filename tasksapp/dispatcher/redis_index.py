@@ -26,10 +26,29 @@ from dataclasses import dataclass, field
 
 import redis
 
+# Moves `ids` from sorted set `from` to `to` with `score`, in chunks: unpack() is
+# limited by Lua's stack (about 8,000 values).
+MOVE = """
+local function move(from, to, ids, score)
+  for i = 1, #ids, 1000 do
+    local chunk, args = {}, {}
+    for j = i, math.min(i + 999, #ids) do
+      chunk[#chunk + 1] = ids[j]
+      args[#args + 1] = score
+      args[#args + 1] = ids[j]
+    end
+    redis.call('ZREM', from, unpack(chunk))
+    redis.call('ZADD', to, unpack(args))
+  end
+end
+"""
+
 # KEYS: generation, then per shard: due, inflight, marker. ARGV: until_ms, deadline_ms,
 # limit (per call). Returns per shard {status, next_score_or_-1, ids...};
 # status 1 = served, 0 = not built for this generation (the caller falls back).
-TAKE = """
+TAKE = (
+    MOVE
+    + """
 local gen = redis.call('GET', KEYS[1])
 local until_ms, deadline, limit = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local out = {}
@@ -39,20 +58,13 @@ for i = 2, #KEYS, 3 do
     out[#out + 1] = {0, -1}
   else
     local ids = {}
-    if limit > 0 then
-      ids = redis.call('ZRANGEBYSCORE', due, '-inf', until_ms, 'LIMIT', 0, limit)
-    end
-    if #ids > 0 then
-      limit = limit - #ids
-      redis.call('ZREM', due, unpack(ids))
-      local args = {}
-      for _, id in ipairs(ids) do
-        args[#args + 1] = deadline
-        args[#args + 1] = id
-      end
-      redis.call('ZADD', inflight, unpack(args))
-    end
     local head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+    if limit > 0 and head[2] and tonumber(head[2]) <= until_ms then
+      ids = redis.call('ZRANGEBYSCORE', due, '-inf', until_ms, 'LIMIT', 0, limit)
+      limit = limit - #ids
+      move(due, inflight, ids, deadline)
+      head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+    end
     local entry = {1, head[2] and math.floor(tonumber(head[2])) or -1}
     for _, id in ipairs(ids) do entry[#entry + 1] = id end
     out[#out + 1] = entry
@@ -60,6 +72,7 @@ for i = 2, #KEYS, 3 do
 end
 return out
 """
+)
 
 # KEYS: generation, due, marker. ARGV: score, id. Adds the id if the shard is built for
 # the current generation and the score is below its horizon. Returns 1 added,
@@ -84,27 +97,22 @@ return 1
 # KEYS: lock, then the inflight and due key of every shard. ARGV: owner, now_ms,
 # lock_ms, limit. The instance that gets the lock (with expiry: nobody repeats the work
 # before it lapses) moves takes whose lease passed back to `due`, due at once.
-RETURN_EXPIRED = """
+RETURN_EXPIRED = (
+    MOVE
+    + """
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[3]) then return -1 end
 local returned = 0
 for i = 2, #KEYS, 2 do
   local ids = redis.call('ZRANGEBYSCORE', KEYS[i], '-inf', ARGV[2], 'LIMIT', 0, ARGV[4])
-  if #ids > 0 then
-    redis.call('ZREM', KEYS[i], unpack(ids))
-    local args = {}
-    for _, id in ipairs(ids) do
-      args[#args + 1] = ARGV[2]
-      args[#args + 1] = id
-    end
-    redis.call('ZADD', KEYS[i + 1], unpack(args))
-    returned = returned + #ids
-  end
+  move(KEYS[i], KEYS[i + 1], ids, ARGV[2])
+  returned = returned + #ids
 end
 return returned
 """
+)
 
 CHUNK = 5000  # members per ZADD/ZREM command
-MAX_TAKE = 2000  # members per take or return (Lua's unpack() has a stack limit)
+MAX_TAKE = 16_000  # members per take or return: one claim statement, Redis busy ~20 ms
 
 
 @dataclass

@@ -59,6 +59,14 @@ def test_take_respects_the_limit(index):
     assert taken.ids == {0: [1, 2]} and taken.next_ms == 1003
 
 
+def test_a_take_larger_than_luas_unpack_limit(index):
+    build(index, [0])
+    index.add_many([(0, i, 1000) for i in range(1, 12_001)])
+    taken = index.take(shards=[0], until_ms=5000, lease_ms=1000, limit=12_000)
+    assert len(taken.ids[0]) == 12_000 and taken.next_ms is None
+    assert index.client.zcard(index.key("inflight", 0)) == 12_000
+
+
 def test_an_unbuilt_or_lost_shard_is_reported_not_served(index):
     build(index, [0])
     index.add_many([(0, 1, 1000), (1, 2, 1000)])
