@@ -5,3 +5,10 @@ class TasksappConfig(AppConfig):
     name = "tasksapp"
     verbose_name = "Scheduler"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Every process (web, dispatcher, worker, commands) knows the same graph tasks,
+        # so a plan made when a job is scheduled holds where its tasks run.
+        from tasksapp.graphs.registry import autodiscover_graph_tasks
+
+        autodiscover_graph_tasks()

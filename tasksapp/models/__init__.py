@@ -16,3 +16,7 @@ __all__ = [
     "SlicePlan",
     "WorkerProcess",
 ]
+
+from .graphs import GraphRun, GraphState, Strategy, TaskRun, TaskState  # noqa: E402
+
+__all__ += ["GraphRun", "GraphState", "Strategy", "TaskRun", "TaskState"]

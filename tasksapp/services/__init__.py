@@ -55,3 +55,7 @@ __all__ += [
     "recurring_task_resume_audited",
     "roles_ensure",
 ]
+
+from .graphs import GraphInputError, graph_job_schedule  # noqa: E402
+
+__all__ += ["GraphInputError", "graph_job_schedule"]

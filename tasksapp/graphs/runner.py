@@ -1,0 +1,33 @@
+"""Handlers of graph jobs (thin adapters over `tasksapp.services.graphs`).
+
+- ``start_graph``: the parent job (transactional): creates the TaskRuns and the child
+  jobs of the tasks that run first. It succeeds once the graph has started; the graph's
+  own outcome and result are on its GraphRun.
+- ``run_task``: one run of one task (transactional child job).
+- ``rollback_graph``: the rollback strategy's job (at least once; each undone task is
+  committed on its own).
+"""
+
+from __future__ import annotations
+
+from tasksapp.handlers import JobContext
+from tasksapp.services.graphs import graph_rollback, graph_start, task_run_execute
+
+
+def start_graph(ctx: JobContext) -> dict:
+    return graph_start(job_id=ctx.job_id)
+
+
+def run_task(ctx: JobContext) -> dict:
+    return task_run_execute(
+        task_run_id=int(ctx.payload["task_run_id"]),
+        job_id=ctx.job_id,
+        attempt=ctx.attempt,
+        max_attempts=ctx.max_attempts,
+    )
+
+
+def rollback_graph(ctx: JobContext) -> dict:
+    return graph_rollback(
+        graph_run_id=int(ctx.payload["graph_run_id"]), last_attempt=ctx.is_last_attempt
+    )
