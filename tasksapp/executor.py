@@ -202,20 +202,31 @@ def _pool(parallelism: int) -> ThreadPoolExecutor:
         return _handler_pool
 
 
+def _on_every_pool_thread(pool: ThreadPoolExecutor, action) -> None:
+    """Run `action` once on each of the pool's threads (a barrier keeps each to one)."""
+    threads = pool._max_workers
+    barrier = threading.Barrier(threads)
+
+    def once() -> None:
+        action()
+        barrier.wait(timeout=10)
+
+    for future in [pool.submit(once) for _ in range(threads)]:
+        future.result()
+
+
+def warm_handler_pool() -> None:
+    """Open each handler thread's database connection before the first burst needs it."""
+    parallelism = settings.TEMPO["BATCH_PARALLELISM"]
+    if parallelism > 1:
+        _on_every_pool_thread(_pool(parallelism), connection.ensure_connection)
+
+
 def stop_handler_pool() -> None:
     global _handler_pool
     with _handler_pool_lock:
         if _handler_pool is not None:
-            # One closing call per thread: the barrier keeps each thread to one call.
-            threads = _handler_pool._max_workers
-            barrier = threading.Barrier(threads)
-
-            def close() -> None:
-                connection.close()
-                barrier.wait(timeout=10)
-
-            for future in [_handler_pool.submit(close) for _ in range(threads)]:
-                future.result()
+            _on_every_pool_thread(_handler_pool, connection.close)
             _handler_pool.shutdown(wait=True)
             _handler_pool = None
 

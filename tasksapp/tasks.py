@@ -5,7 +5,7 @@ from celery.signals import worker_process_init, worker_ready
 from django.db import close_old_connections
 
 from tasksapp.db import use_async_commit
-from tasksapp.executor import execute_batch, lease_keeper
+from tasksapp.executor import execute_batch, lease_keeper, warm_handler_pool
 
 RUN_JOBS = "tasksapp.run_jobs"
 
@@ -27,12 +27,14 @@ def _prepare_worker(sender=None, **kwargs) -> None:
     pool = getattr(sender, "pool", None)
     if type(pool).__module__ != "celery.concurrency.prefork":
         lease_keeper()
+        warm_handler_pool()
 
 
 @worker_process_init.connect
 def _prepare_worker_child(**kwargs) -> None:
     use_async_commit()
     lease_keeper()
+    warm_handler_pool()
 
 
 PLAN_DUE_SLICES = "tasksapp.plan_due_slices"

@@ -10,10 +10,11 @@ import datetime as dt
 
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
-from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from rest_framework.decorators import api_view, permission_classes
 
+from tasksapp.api.permissions import ViewOrOperate
 from tasksapp.selectors.dashboard import (
     dispatcher_cost_by_hour,
     dispatcher_list,
@@ -95,8 +96,10 @@ class TempoCollector:
         yield from (up, age, partitions)
 
 
-@require_GET
+@api_view(["GET"])
+@permission_classes([ViewOrOperate])
 def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus text format, for a viewer: scrape with `Authorization: Token <key>`."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(TempoCollector(timezone.now()))
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -5,7 +5,18 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.dashboard.fixtures import api_client_for
+
 pytestmark = pytest.mark.django_db
+
+
+def test_metrics_need_a_viewer(client, stranger):
+    assert client.get("/metrics").status_code == 401
+    assert api_client_for(stranger).get("/metrics").status_code == 403
+
+
+def test_metrics_answer_a_viewer_token(viewer_api):
+    assert viewer_api.get("/metrics").status_code == 200
 
 
 def _families(client) -> dict:
@@ -22,8 +33,8 @@ def _value(family, **labels) -> float:
     raise AssertionError(f"no sample {labels} in {family.name}")
 
 
-def test_metrics_with_activity(client, activity):
-    families = _families(client)
+def test_metrics_with_activity(viewer_api, activity):
+    families = _families(viewer_api)
     assert _value(families["tempo_jobs"], state="succeeded") == 27
     assert _value(families["tempo_jobs"], state="dead") == 3
     lag = families["tempo_job_start_lag_seconds"]
@@ -44,11 +55,11 @@ def test_metrics_with_activity(client, activity):
     assert "tempo_job_retries_window" in families
 
 
-def test_metrics_on_an_empty_database(client):
-    families = _families(client)
+def test_metrics_on_an_empty_database(viewer_api):
+    families = _families(viewer_api)
     assert _value(families["tempo_jobs"], state="scheduled") == 0
     assert families["tempo_process_up"].samples == []
 
 
-def test_metrics_is_get_only(client):
-    assert client.post("/metrics").status_code == 405
+def test_metrics_is_get_only(operator_api):
+    assert operator_api.post("/metrics").status_code == 405
