@@ -219,14 +219,14 @@ def warm_handler_pool() -> None:
     """Open each handler thread's database connection before the first burst needs it."""
     parallelism = settings.TEMPO["BATCH_PARALLELISM"]
     if parallelism > 1:
-        _on_every_pool_thread(_pool(parallelism), connection.ensure_connection)
+        _on_every_pool_thread(_pool(parallelism), lambda: connection.ensure_connection())
 
 
 def stop_handler_pool() -> None:
     global _handler_pool
     with _handler_pool_lock:
         if _handler_pool is not None:
-            _on_every_pool_thread(_handler_pool, connection.close)
+            _on_every_pool_thread(_handler_pool, lambda: connection.close())
             _handler_pool.shutdown(wait=True)
             _handler_pool = None
 
