@@ -35,7 +35,7 @@ def start(cluster, *, workers: int = 2, concurrency: int = 4) -> None:
         owned = Dispatcher.objects.exclude(partitions=[]).exists()
         return owned and WorkerProcess.objects.count() >= workers
 
-    wait_for(ready, timeout=30, message="dispatcher and workers ready")
+    wait_for(ready, timeout=60, message="dispatcher and workers ready")
 
 
 def finished(*graphs: GraphRun, timeout: float = 60) -> list[GraphRun]:
