@@ -320,6 +320,16 @@ def test_a_task_whose_worker_keeps_getting_lost_counts_as_failed(calls):
     assert graph.error == common.ERR_TASK_FAILED.format(task="test.a", error=reason)
 
 
+def test_a_child_job_of_a_deleted_graph_does_nothing(calls):
+    graph = schedule()
+    run_next()
+    child = job_of(graph, "test.a")
+    Job.objects.filter(id=graph.job_id).delete()  # the graph and its TaskRuns go with it
+    assert run_job(child).state == JobState.SUCCEEDED
+    assert Job.objects.get(id=child).result["outcome"] == "stale"
+    assert calls.count("test.a") == 0
+
+
 # --- release once ---------------------------------------------------------------------
 
 

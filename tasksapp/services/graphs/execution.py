@@ -106,8 +106,11 @@ class RunRead(NamedTuple):
     max_task_attempts: int
 
     @classmethod
-    def load(cls, task_run_id: int) -> RunRead:
-        row = list(sql.fetch_one(sql.statement(sql.RUN_READ), [task_run_id]))
+    def load(cls, task_run_id: int) -> RunRead | None:
+        row = sql.fetch_one(sql.statement(sql.RUN_READ), [task_run_id])
+        if row is None:  # the graph was deleted
+            return None
+        row = list(row)
         for index in (4, 5, 9, 12):  # rescued, errors, has, task_retry_policy
             row[index] = sql.loads(row[index])
         return cls(*row)
@@ -184,6 +187,8 @@ def task_run_execute(
     """Run one task for its child job ``job_id`` (attempt ``attempt`` of
     ``max_attempts``) and record the outcome. Returns what the child job records."""
     read = RunRead.load(task_run_id)
+    if read is None:
+        return {"task_run_id": task_run_id, "outcome": "stale"}
     if read.job_id != job_id or read.state != TaskState.READY:
         return {"task": read.task, "outcome": "stale"}
     outcome = None
@@ -204,10 +209,11 @@ class GraphLocked(NamedTuple):
     started_at: Any
 
 
-def _lock(graph_run_id: int) -> GraphLocked:
-    state, has, values, generation, started_at = sql.fetch_one(
-        sql.statement(sql.GRAPH_LOCK), [graph_run_id]
-    )
+def _lock(graph_run_id: int) -> GraphLocked | None:
+    row = sql.fetch_one(sql.statement(sql.GRAPH_LOCK), [graph_run_id])
+    if row is None:  # the graph was deleted
+        return None
+    state, has, values, generation, started_at = row
     return GraphLocked(
         graph_run_id, state, sql.loads(has), sql.loads(values), generation, started_at
     )
@@ -217,10 +223,10 @@ def _settle(read: RunRead, task_run_id: int, job_id: int, outcome: Outcome | Non
     """Record the outcome of the run with the graph locked, as the graph's state now is.
     A success of a running graph takes the hand-written path; the rest the ORM's."""
     graph = _lock(read.graph_id)
-    rows = task_rows(graph.id)
-    mine = rows[read.task]
-    if mine.job_id != job_id or mine.state != TaskState.READY:
-        return {"outcome": "stale"}  # a restart made this run obsolete
+    rows = task_rows(read.graph_id)
+    mine = rows.get(read.task)
+    if graph is None or mine is None or mine.job_id != job_id or mine.state != TaskState.READY:
+        return {"outcome": "stale"}  # a restart made this run obsolete, or the graph is gone
     if outcome is not None and outcome.ok and graph.state == GraphState.RUNNING:
         return _succeed(graph, mine, outcome, rows)
     return _settle_otherwise(locked(graph.id), TaskRun.objects.get(id=task_run_id), outcome, rows)
