@@ -144,15 +144,15 @@ class PostgresCoordinator:
         self._conn.execute("SELECT pg_notify(%s, %s)", [sql.NOTIFY_CHANNEL, REBALANCE])
 
     def close(self) -> None:
-        if self._watcher is not None:
-            self._watcher.stop()
-            self._watcher = None
-        if self._conn is not None:
-            try:
-                self._conn.close()  # releases every advisory lock at once
-            finally:
-                self._conn = None
-                self.owned = set()
+        try:
+            if self._conn is not None:
+                self._conn.close()  # releases every advisory lock at once: first
+        finally:
+            self._conn = None
+            self.owned = set()
+            if self._watcher is not None:
+                self._watcher.stop()
+                self._watcher = None
 
     @property
     def connected(self) -> bool:

@@ -44,7 +44,7 @@ COUNTER_FIELDS = (
     "statements",
 )
 HEARTBEAT_SECONDS = 10.0
-MAX_WAIT_SECONDS = 0.5  # wake up at least this often to notice signals
+MAX_WAIT_SECONDS = 0.1  # wake up this often to notice signals (no query is made)
 BACKPRESSURE_RETRY_MS = 10
 
 
