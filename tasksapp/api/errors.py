@@ -11,7 +11,12 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from tasksapp.selectors.jobs import JobFilterError
-from tasksapp.services import JobInputError, OperatorPermissionError, PlanningInputError
+from tasksapp.services import (
+    GraphInputError,
+    JobInputError,
+    OperatorPermissionError,
+    PlanningInputError,
+)
 
 ERR_DATA = "a value is out of range for the database: {reason}"
 NOT_FOUND_RE = re.compile(r"\bdoes not exist\b")
@@ -39,6 +44,10 @@ FIELDS = {
         "run_at_from",
     )
 } | {"period": "period_seconds"}
+# The same for graph_job_schedule's messages; a planner's "no plan" is about `wants`.
+GRAPH_FIELDS = {
+    name: name for name in ("has", "wants", "strategy", "max_restarts", "max_task_attempts")
+} | {"idempotency": "idempotency_key", "retry_policy": "task_retry_policy"}
 
 
 def field_errors(message: str) -> dict[str, list[str]]:
@@ -49,7 +58,18 @@ def field_errors(message: str) -> dict[str, list[str]]:
     return {name or "non_field_errors": [message]}
 
 
+def graph_field_errors(exc: GraphInputError) -> dict[str, list[str]]:
+    message = str(exc)
+    if exc.goals:
+        return {"wants": [message]}
+    match = FIELD_RE.match(message)
+    name = GRAPH_FIELDS.get(match.group(1)) if match else None
+    return {name or "non_field_errors": [message]}
+
+
 def exception_handler(exc, context):
+    if isinstance(exc, GraphInputError):
+        return Response(graph_field_errors(exc), status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, JobInputError | PlanningInputError | JobFilterError):
         message = str(exc)
         if NOT_FOUND_RE.search(message) and message.startswith(("job ", "recurring task ")):

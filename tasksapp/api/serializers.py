@@ -7,10 +7,12 @@ import datetime as dt
 import re
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from tasksapp.handlers import HandlerError, resolve_handler
-from tasksapp.models import Delivery, Job, JobState, Member, RecurringTask
+from tasksapp.models import Delivery, Job, JobState, Member, RecurringTask, Strategy
+from tasksapp.services.graphs.schedule import ERR_STRATEGY
 
 HANDLER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 ERR_HANDLER = "handler must be a dotted path such as 'package.module.function'."
@@ -98,6 +100,117 @@ class JobSerializer(serializers.ModelSerializer):
             "result",
         ]
         read_only_fields = fields
+
+
+class GraphTaskSerializer(serializers.Serializer):
+    """One task of a graph (a TaskView of tasksapp.selectors.graphs)."""
+
+    task = serializers.CharField()
+    layer = serializers.IntegerField()
+    after = serializers.ListField(child=serializers.CharField(), help_text="Tasks it runs after.")
+    state = serializers.CharField(
+        help_text="waiting, ready, running (its child job has started), succeeded, failed, "
+        "skipped or rolled_back."
+    )
+    attempts = serializers.IntegerField()
+    result = serializers.JSONField(allow_null=True)
+    error = serializers.CharField(allow_blank=True)
+    errors = serializers.ListField(child=serializers.JSONField())
+    job_id = serializers.IntegerField(allow_null=True, help_text="Its child job.")
+    job_state = serializers.CharField(allow_null=True)
+    released_at = serializers.DateTimeField(allow_null=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    duration_ms = serializers.FloatField(allow_null=True)
+    overhead_ms = serializers.FloatField(
+        allow_null=True, help_text="From its last input's completion to its own start."
+    )
+
+
+class GraphSerializer(serializers.Serializer):
+    """A graph job's graph (a GraphView of tasksapp.selectors.graphs)."""
+
+    id = serializers.IntegerField()
+    state = serializers.CharField()
+    strategy = serializers.CharField()
+    has = serializers.JSONField()
+    wants = serializers.ListField(child=serializers.CharField())
+    goals = serializers.DictField(
+        child=serializers.CharField(allow_null=True),
+        help_text="Each wanted proposition and the task that provides it (null: from has).",
+    )
+    result = serializers.JSONField(allow_null=True)
+    error = serializers.CharField(allow_blank=True)
+    generation = serializers.IntegerField()
+    restarts = serializers.IntegerField()
+    max_restarts = serializers.IntegerField()
+    max_task_attempts = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    counts = serializers.DictField(child=serializers.IntegerField(), help_text="Tasks by state.")
+    layers = serializers.ListField(
+        child=GraphTaskSerializer(many=True), help_text="Tasks layer by layer, in plan order."
+    )
+
+
+class JobDetailSerializer(JobSerializer):
+    """A job, and for a graph job (or one of its task jobs) the graph it belongs to; the
+    view passes that graph in the context as ``graph``."""
+
+    graph = serializers.SerializerMethodField()
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "graph"]
+        read_only_fields = fields
+
+    @extend_schema_field(GraphSerializer(allow_null=True))
+    def get_graph(self, job: Job) -> dict | None:
+        graph = self.context.get("graph")
+        return None if graph is None else GraphSerializer(graph).data
+
+
+class GraphJobCreateSerializer(serializers.Serializer):
+    """Shapes only: graph_job_schedule plans the job and says what is wrong."""
+
+    has = serializers.JSONField(help_text="The job's initial values by proposition name.")
+    wants = serializers.ListField(
+        child=serializers.CharField(max_length=200),
+        allow_empty=False,
+        help_text="The propositions the job must produce.",
+    )
+    strategy = serializers.ChoiceField(
+        choices=Strategy.choices,
+        default=Strategy.ABORT,
+        error_messages={"invalid_choice": ERR_STRATEGY.format(choices=", ".join(Strategy.values))},
+        help_text="What a failed task leads to.",
+    )
+    run_at = serializers.DateTimeField(
+        required=False, allow_null=True, default=None, help_text="Default: now."
+    )
+    idempotency_key = serializers.CharField(
+        max_length=200,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Scheduling the same key again returns the graph job already stored.",
+    )
+    max_restarts = serializers.IntegerField(min_value=0, max_value=100, default=2)
+    max_task_attempts = serializers.IntegerField(min_value=1, max_value=100, default=3)
+    task_retry_policy = serializers.JSONField(
+        required=False, allow_null=True, default=None, help_text="Delays between reruns."
+    )
+
+    def validate_has(self, value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise serializers.ValidationError(ERR_OBJECT.format(field="has"))
+        return _no_nul(value, "has")
+
+    def validate_wants(self, value: list[str]) -> list[str]:
+        return _no_nul(value, "wants")
+
+    def validate_task_retry_policy(self, value: Any) -> Any:
+        return _no_nul(value, "task_retry_policy")
 
 
 class JobListQuerySerializer(serializers.Serializer):

@@ -14,9 +14,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from tasksapp.models import Job, Member, OperatorAction, RecurringTask
-from tasksapp.selectors.jobs import JobFilters, job_page
+from tasksapp.selectors.jobs import JobFilters, job_graph, job_page
 from tasksapp.selectors.recurring import member_runs_for_task
 from tasksapp.services import (
+    graph_job_schedule,
     job_cancel_audited,
     job_retry_audited,
     job_run_now_audited,
@@ -116,10 +117,40 @@ def _member_filter(external_id: str | None) -> Member | None:
     return member
 
 
+def _job_detail(job: Job) -> dict:
+    return s.JobDetailSerializer(job, context={"graph": job_graph(job=job)}).data
+
+
 class JobDetailView(APIView):
-    @extend_schema(responses={200: s.JobSerializer, 404: NOT_FOUND}, summary="One job")
+    @extend_schema(
+        responses={200: s.JobDetailSerializer, 404: NOT_FOUND},
+        summary="One job, with its graph for a graph job or one of its task jobs",
+    )
     def get(self, request: Request, job_id: int) -> Response:
-        return Response(s.JobSerializer(get_object_or_404(Job, id=job_id)).data)
+        return Response(_job_detail(get_object_or_404(Job, id=job_id)))
+
+
+class GraphJobCreateView(APIView):
+    @extend_schema(
+        request=s.GraphJobCreateSerializer,
+        responses={
+            201: s.JobDetailSerializer,
+            200: OpenApiResponse(
+                s.JobDetailSerializer, description="Already stored under this key."
+            ),
+            400: BAD_REQUEST,
+            403: DENIED,
+        },
+        summary="Schedule a graph job: plan has → wants (idempotent with idempotency_key)",
+    )
+    def post(self, request: Request) -> Response:
+        data = _body(s.GraphJobCreateSerializer, request).validated_data
+        options = {name: value for name, value in data.items() if value is not None}
+        key = data.get("idempotency_key")
+        existed = key is not None and Job.objects.filter(idempotency_key=key).exists()
+        graph = graph_job_schedule(**options)
+        code = status.HTTP_200_OK if existed else status.HTTP_201_CREATED
+        return Response(_job_detail(graph.job), status=code)
 
 
 class JobCancelView(APIView):

@@ -18,6 +18,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from tasksapp.models import Job, JobState, Member, RecurringTask, SlicePlan
+from tasksapp.selectors.graphs import GraphView, graph_run_get, graph_run_id_for_job
 from tasksapp.services.planning import job_key_prefix
 
 PAGE_SIZE = 50
@@ -192,52 +193,8 @@ def _parse_time(value: Any) -> dt.datetime | None:
 # --- graph jobs ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GraphTask:
-    name: str
-    state: str
-    started_at: dt.datetime | None
-    finished_at: dt.datetime | None
-    result: Any
-
-
-@dataclass(frozen=True)
-class GraphView:
-    has: list[str]
-    wants: list[str]
-    strategy: str
-    layers: list[list[GraphTask]]
-
-
 def job_graph(*, job: Job) -> GraphView | None:
-    """The task graph of a graph job, layer by layer, or None for a plain job.
-
-    Reads the documented interim shape (docs/DASHBOARD.md, "Graph jobs"): the job's
-    payload carries `graph` = {has, wants, strategy, layers: [[task name, …], …]} and its
-    result may carry `graph_tasks` = {name: {state, started_at, finished_at, result}}."""
-    spec = job.payload.get("graph") if isinstance(job.payload, dict) else None
-    if not isinstance(spec, dict) or not isinstance(spec.get("layers"), list):
-        return None
-    runs = job.result.get("graph_tasks", {}) if isinstance(job.result, dict) else {}
-    runs = runs if isinstance(runs, dict) else {}
-    layers = []
-    for layer in spec["layers"]:
-        names = [str(n) for n in layer] if isinstance(layer, list) else []
-        layers.append([_graph_task(name, runs.get(name)) for name in names])
-    return GraphView(
-        has=[str(x) for x in spec.get("has", []) or []],
-        wants=[str(x) for x in spec.get("wants", []) or []],
-        strategy=str(spec.get("strategy", "abort")),
-        layers=layers,
-    )
-
-
-def _graph_task(name: str, run: Any) -> GraphTask:
-    run = run if isinstance(run, dict) else {}
-    return GraphTask(
-        name=name,
-        state=str(run.get("state", "waiting")),
-        started_at=_parse_time(run.get("started_at")),
-        finished_at=_parse_time(run.get("finished_at")),
-        result=run.get("result"),
-    )
+    """The task graph a job belongs to — as the graph job itself, one of its task jobs or
+    its rollback job — layer by layer from its GraphRun and TaskRuns; None for a plain job."""
+    graph_run_id = graph_run_id_for_job(job_id=job.id)
+    return None if graph_run_id is None else graph_run_get(graph_run_id=graph_run_id)

@@ -27,6 +27,7 @@ def test_schema_is_served_without_login(client, db):
         "/api/jobs/{job_id}/cancel/",
         "/api/jobs/{job_id}/retry/",
         "/api/jobs/{job_id}/run-now/",
+        "/api/graph-jobs/",
         "/api/members/",
         "/api/members/{member_id}/deactivate/",
         "/api/recurring-tasks/",

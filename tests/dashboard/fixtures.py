@@ -125,3 +125,20 @@ def activity(db):
         statements=40,
     )
     return jobs
+
+
+def run_demo_graph(*, wants=("friends",), failure_rate: float = 0.0, latency_scale: float = 0.0):
+    """Schedule a demo graph job (tasksapp/graphs/demo_tasks.py) and run all
+    its jobs in this process, as a worker would. Needs a transactional database."""
+    from tasksapp.models import Strategy
+    from tasksapp.services import graph_job_schedule
+    from tests.graphs.conftest import drain
+
+    graph = graph_job_schedule(
+        has={"user_id": 7, "latency_scale": latency_scale, "failure_rate": failure_rate},
+        wants=list(wants),
+        strategy=Strategy.ABORT,
+    )
+    drain()
+    graph.refresh_from_db()
+    return graph

@@ -8,10 +8,11 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from tasksapp.models import JobState, SlicePlan
+from tasksapp.graphs.planner import graph_plan
+from tasksapp.models import GraphState, JobState, SlicePlan, TaskRun, TaskState
 from tasksapp.selectors.jobs import cursor_encode
 from tasksapp.services import member_create_many, recurring_task_create, slice_plan
-from tests.dashboard.fixtures import HANDLER, make_job
+from tests.dashboard.fixtures import HANDLER, make_job, run_demo_graph
 
 pytestmark = pytest.mark.django_db
 
@@ -230,33 +231,41 @@ def test_job_detail_timeline_and_errors(viewer_client):
     assert "Viewer: actions are for operators." in html
 
 
-def test_job_detail_draws_a_graph_when_the_job_has_one(viewer_client):
-    job = make_job(
-        JobState.SUCCEEDED,
-        payload={
-            "graph": {
-                "has": ["UserId"],
-                "wants": ["Friends"],
-                "strategy": "rollback",
-                "layers": [["load_user"], ["load_friends", "load_posts"]],
-            }
-        },
-        result={
-            "graph_tasks": {
-                "load_user": {"state": "succeeded", "result": {"user": 1}},
-                "load_friends": {"state": "failed"},
-            }
-        },
-    )
-    response = viewer_client.get(reverse("dashboard:job-detail", args=[job.id]))
-    graph = response.context["graph"]
-    assert [[t.name for t in layer] for layer in graph.layers] == [
-        ["load_user"],
-        ["load_friends", "load_posts"],
-    ]
-    assert [t.state for t in graph.layers[1]] == ["failed", "waiting"]
+@pytest.mark.django_db(transaction=True)
+def test_job_detail_draws_the_graph_of_a_graph_job_by_layers(viewer_client):
+    graph = run_demo_graph()
+    assert graph.state == GraphState.SUCCEEDED
+    response = viewer_client.get(reverse("dashboard:job-detail", args=[graph.job_id]))
+    view = response.context["graph"]
+    plan = graph_plan(has=graph.has, wants=graph.wants)
+    assert [[t.task for t in layer] for layer in view.layers] == [list(x) for x in plan.layers]
+    assert {t.state for t in view.tasks} == {TaskState.SUCCEEDED}
+    assert all(t.attempts == 1 and t.started_at and t.finished_at for t in view.tasks)
     html = response.content.decode()
-    assert 'id="graph"' in html and "on failure: rollback" in html
+    assert 'id="graph"' in html and "on failure: abort" in html
+    for index, layer in enumerate(plan.layers):
+        assert f"layer {index}</h3>" in html
+        for task in layer:
+            assert f'data-task="{task}" data-state="succeeded"' in html
+    assert "person-" in html  # the tasks' results
+
+
+@pytest.mark.django_db(transaction=True)
+def test_job_detail_shows_a_failed_task_and_the_skipped_ones(viewer_client):
+    graph = run_demo_graph(failure_rate=1.0)
+    assert graph.state == GraphState.ABORTED
+    task_job = TaskRun.objects.get(graph_run=graph, task="demo.load_tokens").job_id
+    response = viewer_client.get(reverse("dashboard:job-detail", args=[task_job]))
+    view = response.context["graph"]
+    assert view.id == graph.id  # a task's job shows the graph it belongs to
+    assert view.layers[0][0].state == TaskState.FAILED
+    assert {t.state for layer in view.layers[1:] for t in layer} <= {
+        TaskState.SKIPPED,
+        TaskState.WAITING,
+    }
+    html = response.content.decode()
+    assert "did not answer" in html and f"graph job #{graph.job_id}" in html
+    assert 'data-task="demo.load_tokens" data-state="failed"' in html
 
 
 def test_job_detail_missing_job_is_404(viewer_client):

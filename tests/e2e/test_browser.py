@@ -21,13 +21,14 @@ from django.utils import timezone
 from tasksapp.models import (
     Dispatcher,
     DispatcherCounter,
+    GraphState,
     Job,
     JobState,
     OperatorAction,
     WorkerProcess,
 )
 from tasksapp.services import member_create_many, recurring_task_create, slice_plan
-from tests.dashboard.fixtures import HANDLER, make_job
+from tests.dashboard.fixtures import HANDLER, make_job, run_demo_graph
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -285,26 +286,26 @@ def test_viewer_is_refused(browser, live_server, viewer, shots):
 
 
 def test_graph_job_page(browser, live_server, viewer, shots):
-    job = make_job(
-        JobState.SUCCEEDED,
-        payload={
-            "graph": {
-                "has": ["UserId"],
-                "wants": ["Friends", "Feed"],
-                "strategy": "rollback",
-                "layers": [["load_user"], ["load_friends", "load_posts"], ["build_feed"]],
-            }
-        },
-        result={
-            "graph_tasks": {
-                "load_user": {"state": "succeeded", "result": {"user": 7}},
-                "load_friends": {"state": "succeeded", "result": {"friends": 12}},
-                "load_posts": {"state": "succeeded", "result": {"posts": 40}},
-                "build_feed": {"state": "succeeded", "result": {"items": 25}},
-            }
-        },
-    )
+    """A real graph job (the demo's suggestions job, run in this process), drawn by layers
+    from its GraphRun and TaskRuns."""
+    from selenium.webdriver.common.by import By
+
+    graph = run_demo_graph(wants=("suggestions",), latency_scale=0.01)
+    assert graph.state == GraphState.SUCCEEDED
     login(browser, live_server, "vera")
-    browser.get(f"{live_server.url}/jobs/{job.id}/")
-    assert "Task graph" in browser.page_source and "build_feed" in browser.page_source
+    browser.get(f"{live_server.url}/jobs/{graph.job_id}/")
+    section = browser.find_element(By.ID, "graph")
+    assert "Task graph" in section.text and "on failure: abort" in section.text
+    layers = section.find_elements(By.CSS_SELECTOR, ".layer")
+    assert len(layers) == len(graph.plan["layers"])
+    shown = [
+        [box.get_attribute("data-task") for box in layer.find_elements(By.CSS_SELECTOR, ".gtask")]
+        for layer in layers
+    ]
+    assert shown == [list(layer) for layer in graph.plan["layers"]]
+    states = {
+        box.get_attribute("data-state") for box in section.find_elements(By.CSS_SELECTOR, ".gtask")
+    }
+    assert states == {"succeeded"}
+    assert "demo.suggest" in section.text and " ms" in section.text
     shots(browser, "09-graph-job")

@@ -62,6 +62,7 @@ class Command(BaseCommand):
         login = self._ensure_admin()
         if not no_demo:
             call_command("load_demo")
+            call_command("load_graph_demo", latency_scale=0.3)
         connections.close_all()  # the children open their own
         self.signum: int | None = None
         signal.signal(signal.SIGINT, self._on_signal)
