@@ -16,6 +16,11 @@ from celery import bootsteps
 from celery.signals import task_postrun, task_prerun
 
 _wake_fd: int | None = None
+TICK_SECONDS = 0.01
+
+
+def _tick() -> None:
+    """Nothing to do: waking up is the point (the hub re-checks its prefetch window)."""
 
 
 class HubWakeup(bootsteps.StartStopStep):
@@ -31,6 +36,10 @@ class HubWakeup(bootsteps.StartStopStep):
         os.set_blocking(write_fd, False)
         hub.add_reader(read_fd, _drain, read_fd)
         _wake_fd = write_fd
+        # With acks_late the prefetch slot frees when the message is acknowledged, which
+        # happens on the pool thread just after task_postrun: a short tick lets the hub
+        # see the free slot without waiting for an unrelated timer.
+        hub.call_repeatedly(TICK_SECONDS, _tick)
 
 
 def _drain(read_fd: int) -> None:
