@@ -290,6 +290,7 @@ class ProcessRow:
     heartbeat_age_s: float
     alive: bool
     partitions: list[int] = field(default_factory=list)
+    dispatch_mode: str = "database"
     running: int | None = None
     succeeded: int | None = None
     failed: int | None = None
@@ -309,7 +310,15 @@ def dispatcher_list(*, now: dt.datetime) -> list[ProcessRow]:
         partitions = sorted(d.partitions) if alive else []
         rows.append(
             ProcessRow(
-                "dispatcher", d.name, d.hostname, d.pid, d.started_at, age, alive, partitions
+                "dispatcher",
+                d.name,
+                d.hostname,
+                d.pid,
+                d.started_at,
+                age,
+                alive,
+                partitions,
+                dispatch_mode=d.dispatch_mode,
             )
         )
     return sorted(rows, key=lambda r: (not r.alive, r.name))
@@ -345,6 +354,24 @@ def partition_owners(*, dispatchers: list[ProcessRow]) -> list[dict[str, Any]]:
 # --- the overview, in one call ------------------------------------------------------------
 
 
+REDIS_DEGRADED = {
+    "redis-unreachable": "Redis is unreachable",
+    "redis-fallback": "the Redis due index is being rebuilt",
+}
+
+
+def redis_warning(*, dispatchers: list[ProcessRow]) -> str:
+    """In Redis dispatch mode: say so when live dispatchers fall back to database polling
+    (jobs still run on time, from the database)."""
+    degraded = sorted(
+        {d.dispatch_mode for d in dispatchers if d.alive and d.dispatch_mode in REDIS_DEGRADED}
+    )
+    if not degraded:
+        return ""
+    reasons = " and ".join(REDIS_DEGRADED[mode] for mode in degraded)
+    return f"{reasons}: dispatchers poll the database instead until it is back."
+
+
 def dashboard_overview(*, now: dt.datetime | None = None) -> dict[str, Any]:
     """Everything the overview page shows, JSON-ready (the page refreshes from it)."""
     now = now or timezone.now()
@@ -355,6 +382,7 @@ def dashboard_overview(*, now: dt.datetime | None = None) -> dict[str, Any]:
     costs = dispatcher_cost_by_hour(since=day)
     return {
         "now": now.isoformat(),
+        "redis_warning": redis_warning(dispatchers=dispatchers),
         "states": [asdict(c) for c in counts],
         "lag": {
             "hour": asdict(job_lag_stats(since=hour)),

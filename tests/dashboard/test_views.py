@@ -332,3 +332,15 @@ def test_cursor_of_a_job_round_trips():
     from tasksapp.selectors.jobs import cursor_decode
 
     assert cursor_decode(cursor_encode(job)) == (job.run_at, job.id)
+
+
+def test_overview_warns_when_redis_is_unreachable(viewer_client, activity):
+    from tasksapp.models import Dispatcher
+
+    html = viewer_client.get("/").content.decode()
+    assert 'id="redis-warning"' not in html  # database mode: nothing to say
+    Dispatcher.objects.filter(name="disp-a").update(dispatch_mode="redis-unreachable")
+    html = viewer_client.get("/").content.decode()
+    assert "Redis is unreachable: dispatchers poll the database instead" in html
+    data = viewer_client.get(reverse("dashboard:overview-data")).json()
+    assert data["redis_warning"].startswith("Redis is unreachable")
