@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import random
 import statistics
 import sys
@@ -24,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.common import machine
 from tasksapp.graphs.planner import PlanningGraph, plan_tasks
 from tasksapp.graphs.registry import Registry, task_spec
 
@@ -87,14 +86,6 @@ def measure(domain: Domain, repeats: int) -> dict:
         "plan_layers": len(plan.layers),
         "plan_tasks": len(plan.tasks),
         "runs_s": timings,
-    }
-
-
-def machine() -> dict:
-    return {
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
     }
 
 

@@ -19,11 +19,8 @@ import argparse
 import gc
 import heapq
 import json
-import os
-import platform
 import random
 import statistics
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -33,6 +30,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from bench.common import machine
 from tasksapp.dispatcher.wheel import TimingWheel
 
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "timers.json"
@@ -150,20 +148,6 @@ def memory_pass(name: str, keys: list[int], dues: list[int], bar: tqdm) -> dict:
     tracemalloc.stop()
     assert popped == len(keys)
     return {"held_after_insert_bytes": held, "peak_bytes": peak}
-
-
-def machine() -> dict:
-    try:
-        free = subprocess.run(["free", "-g"], capture_output=True, text=True, check=True).stdout
-        mem_gib = int(free.splitlines()[1].split()[1])
-    except (OSError, subprocess.CalledProcessError, IndexError, ValueError):
-        mem_gib = None
-    return {
-        "cores": os.cpu_count(),
-        "mem_gib": mem_gib,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-    }
 
 
 def main(argv: list[str] | None = None) -> int:
