@@ -1,11 +1,13 @@
 """The worker side, run in-process against real PostgreSQL."""
 
 import datetime as dt
+import time
 
 import pytest
 from django.db import connection
 from django.utils import timezone
 
+from tasksapp import executor
 from tasksapp.executor import execute_batch
 from tasksapp.models import Job, JobState
 from tasksapp.services.transitions import job_claim_due
@@ -141,3 +143,25 @@ def test_a_batch_can_run_its_handlers_side_by_side(settings, effects):
         )
         spread = cursor.fetchone()[0]
     assert spread < 0.25  # one after another, the five 0.3 s handlers would span 1.2 s
+
+
+def test_the_claim_rounds_run_at_up_so_the_worker_never_asks_early():
+    run_at = timezone.now() + dt.timedelta(milliseconds=500, microseconds=250)
+    job = JobFactory(run_at=run_at)
+    (claim,) = job_claim_due(ids=[job.id], owner="d", ttl=10)
+    job.refresh_from_db()
+    exact_ms = job.run_at.timestamp() * 1000
+    assert exact_ms <= claim.run_at_ms < exact_ms + 1
+
+
+def test_a_worker_clock_running_ahead_starts_the_job_moments_after_run_at(monkeypatch, effects):
+    """The worker wakes 8 ms early by its wrong clock; the database refuses the start; the
+    prompt retries start it just after run_at, never before."""
+    job = JobFactory(run_at=timezone.now() + dt.timedelta(milliseconds=300))
+    (claim,) = job_claim_due(ids=[job.id], owner="d", ttl=10)
+    monkeypatch.setattr(executor.clock, "now_ms", lambda: time.time() * 1000 + 8)
+    assert execute_batch([[claim.id, claim.token, claim.run_at_ms]]) == 1
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED
+    late = job.started_at - job.run_at
+    assert dt.timedelta(0) <= late < dt.timedelta(milliseconds=10)  # one 20 ms pause: 12+

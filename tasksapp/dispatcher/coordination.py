@@ -17,6 +17,7 @@ import psycopg
 from django.db import connection
 
 from tasksapp import sql
+from tasksapp.clock import ClockOffset
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +116,7 @@ class PostgresCoordinator:
         self.partitions = partitions
         self.instance_id = instance_id
         self.owned: set[int] = set()
-        self.offset_ms = 0.0
-        self._best_rtt = float("inf")
+        self.clock = ClockOffset()
         self._conn: psycopg.Connection | None = None
         self._pid = 0
         self._watcher: PeerWatcher | None = None
@@ -137,7 +137,7 @@ class PostgresCoordinator:
         )
         self._pid = self._conn.info.backend_pid
         self.owned = set()
-        self._best_rtt = float("inf")
+        self.clock.reset()
         self._watcher = PeerWatcher(params, self.instance_id % 2**31)
         self._watcher.start()
         # Tell the others a peer joined, so they hand over its share now.
@@ -173,7 +173,7 @@ class PostgresCoordinator:
         ).fetchone()
         after = time.time() * 1000
         live_pids, held, db_ms = row
-        self._observe_clock(before, after, float(db_ms))
+        self.clock.observe(before, after, float(db_ms))
         target = partition_targets(self.partitions, list(live_pids or []), self._pid)
         log.debug(
             "rebalance: live=%s me=%s target=%s owned=%s",
@@ -205,14 +205,6 @@ class PostgresCoordinator:
                 self.owned |= set(change.gained)
         return change
 
-    def _observe_clock(self, before: float, after: float, db_ms: float) -> None:
-        rtt = after - before
-        # Keep the sample with the smallest round trip; let it age so drift is followed.
-        self._best_rtt *= 1.05
-        if rtt <= self._best_rtt:
-            self._best_rtt = rtt
-            self.offset_ms = db_ms - (before + after) / 2
-
     # -- wake-ups ---------------------------------------------------------------------
     def wait(self, timeout: float) -> list[str]:
         """Block up to `timeout` s for notifications; return their payloads."""
@@ -230,7 +222,7 @@ class LocalCoordinator:
     def __init__(self, *, partitions: int, instance_id: int) -> None:
         self.partitions = partitions
         self.owned: set[int] = set()
-        self.offset_ms = 0.0
+        self.clock = ClockOffset()  # SQLite: the clock is ours
         self.connected = False
 
     def connect(self) -> None:
