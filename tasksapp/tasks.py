@@ -5,7 +5,7 @@ from celery.signals import worker_process_init, worker_ready
 from django.db import close_old_connections
 
 from tasksapp.db import use_async_commit
-from tasksapp.executor import execute_batch, lease_keeper, warm_handler_pool
+from tasksapp.executor import execute_batch, lease_keeper, warm_handler_pool, warm_up
 
 RUN_JOBS = "tasksapp.run_jobs"
 
@@ -13,7 +13,12 @@ RUN_JOBS = "tasksapp.run_jobs"
 # acks_late: a worker's prefetch window then counts running tasks, so it never holds a
 # message it cannot start while another worker is idle. Recovery does not depend on
 # redelivery (leases do); a redelivered message finds its job started and does nothing.
-@shared_task(name=RUN_JOBS, ignore_result=True, acks_late=True)
+@shared_task(
+    name=RUN_JOBS,
+    ignore_result=True,
+    acks_late=True,
+    Request="tasksapp.worker_wakeup:WakingRequest",
+)
 def run_jobs(claims: list[list[int]]) -> int:
     """Run a batch of claimed jobs: [[job id, fencing token, run_at ms], ...]."""
     close_old_connections()  # drop a broken or too old connection, keep a healthy one
@@ -28,6 +33,7 @@ def _prepare_worker(sender=None, **kwargs) -> None:
     if type(pool).__module__ != "celery.concurrency.prefork":
         lease_keeper()
         warm_handler_pool()
+        warm_up()
 
 
 @worker_process_init.connect
@@ -35,6 +41,7 @@ def _prepare_worker_child(**kwargs) -> None:
     use_async_commit()
     lease_keeper()
     warm_handler_pool()
+    warm_up()
 
 
 PLAN_DUE_SLICES = "tasksapp.plan_due_slices"

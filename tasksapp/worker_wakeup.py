@@ -3,8 +3,9 @@
 With the threads pool, a task finishing on a pool thread does not wake the worker's
 event loop (kombu's hub): if its prefetch window was full, the hub keeps sleeping in
 epoll and the next due job waits in Redis for the next unrelated timer (up to seconds).
-A self-pipe registered with the hub, written whenever a task starts or ends, lets the hub
-read the broker again at once.
+A self-pipe registered with the hub, written whenever a task starts and once its message
+is acknowledged (the moment its prefetch slot frees), lets the hub read the broker again
+at once, without a polling tick that would wake every idle worker a hundred times a second.
 """
 
 from __future__ import annotations
@@ -14,13 +15,9 @@ import os
 
 from celery import bootsteps
 from celery.signals import task_postrun, task_prerun
+from celery.worker.request import Request
 
 _wake_fd: int | None = None
-TICK_SECONDS = 0.01
-
-
-def _tick() -> None:
-    """Nothing to do: waking up is the point (the hub re-checks its prefetch window)."""
 
 
 class HubWakeup(bootsteps.StartStopStep):
@@ -36,10 +33,6 @@ class HubWakeup(bootsteps.StartStopStep):
         os.set_blocking(write_fd, False)
         hub.add_reader(read_fd, _drain, read_fd)
         _wake_fd = write_fd
-        # With acks_late the prefetch slot frees when the message is acknowledged, which
-        # happens on the pool thread just after task_postrun: a short tick lets the hub
-        # see the free slot without waiting for an unrelated timer.
-        hub.call_repeatedly(TICK_SECONDS, _tick)
 
 
 def _drain(read_fd: int) -> None:
@@ -56,3 +49,16 @@ def _wake(**kwargs) -> None:
     if _wake_fd is not None:
         with contextlib.suppress(BlockingIOError):  # a full pipe: the hub is awake anyway
             os.write(_wake_fd, b"\0")
+
+
+class WakingRequest(Request):
+    """With acks_late the prefetch slot frees when the message is acknowledged (or
+    rejected), on the pool thread after task_postrun: wake the hub then too."""
+
+    def acknowledge(self) -> None:
+        super().acknowledge()
+        _wake()
+
+    def reject(self, requeue: bool = False) -> None:
+        super().reject(requeue=requeue)
+        _wake()

@@ -1,0 +1,29 @@
+"""The Celery worker's side, with real processes."""
+
+import pytest
+
+from tests.processes.support import insert_jobs, outcome, wait_for
+
+pytestmark = pytest.mark.processes
+
+
+def test_a_busy_worker_takes_its_next_message_as_soon_as_a_job_ends(cluster, sql):
+    """One slot, a queue of messages: each job starts right after the previous one ends
+    (the freed prefetch slot wakes the worker's event loop; nothing polls for it)."""
+    cluster.dispatcher("d1")
+    cluster.worker("w1", concurrency=1)
+    wait_for(
+        lambda: sql.execute("SELECT count(*) FROM tasksapp_workerprocess").fetchone()[0],
+        timeout=20,
+        message="worker ready",
+    )
+    insert_jobs(sql, count=6, start=3, spread=0.6, handler="tests.handlers.recording.record_slowly")
+    wait_for(lambda: outcome(sql).get("succeeded") == 6, timeout=30, message="6 jobs done")
+    gaps = [
+        row[0]
+        for row in sql.execute("""
+            SELECT extract(epoch FROM started_at - lag(finished_at) OVER (ORDER BY started_at))
+            FROM tasksapp_job ORDER BY started_at""").fetchall()[1:]
+    ]
+    assert len(gaps) == 5
+    assert max(gaps) < 0.1, gaps  # each 0.5 s job queues behind the previous one
