@@ -76,6 +76,13 @@ class CeleryPublisher:
                     **message.properties,
                 )
 
+    def warm_up(self) -> None:
+        from tasksapp.tasks import RUN_JOBS  # noqa: F401  (imported once, here)
+
+        self.backlog()
+        with self.app.producer_or_acquire():
+            pass
+
     def backlog(self) -> int | None:
         """Messages waiting in the queue, or None if the broker cannot tell."""
         try:
@@ -161,7 +168,18 @@ class DispatcherLoop:
         kind = PostgresCoordinator if self.uses_notify else LocalCoordinator
         self.coordinator = kind(partitions=self.partitions, instance_id=self.record.id)
         self.coordinator.connect()
+        self._warm_up()
         log.info("dispatcher %s started (%s partitions)", self.name, self.partitions)
+
+    def _warm_up(self) -> None:
+        """Open the broker connection and plan the claim now, not on the first due job
+        (together some 5-40 ms on a busy machine: a late claim)."""
+        warm = getattr(self.publisher, "warm_up", None)
+        if warm:
+            warm()
+        if self.uses_notify:
+            with connection.cursor() as cursor:
+                cursor.execute(sql.CLAIM_DUE, {"ids": [], "owner": "", "ttl": 0, "lead": 0})
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -191,7 +209,7 @@ class DispatcherLoop:
 
     # -- one turn ---------------------------------------------------------------------
     def now_ms(self) -> float:
-        offset = self.coordinator.offset_ms if self.coordinator else 0.0
+        offset = self.coordinator.clock.offset_ms if self.coordinator else 0.0
         return time.time() * 1000 + offset
 
     def step(self, *, wait: bool = True) -> None:
@@ -339,7 +357,7 @@ class DispatcherLoop:
         self.next_reap = None if next_expiry_ms is None else next_expiry_ms + 200
 
     def _heartbeat(self) -> None:
-        offset = self.coordinator.offset_ms if self.coordinator else 0.0
+        offset = self.coordinator.clock.offset_ms if self.coordinator else 0.0
         Dispatcher.objects.filter(name=self.name).update(
             heartbeat_at=Now(), partitions=sorted(self._owned()), clock_offset_ms=offset
         )
