@@ -276,7 +276,8 @@ def phases(conn) -> list[dict]:
     spans = {
         "run_at → claimed": "j.claimed_at - j.run_at",
         "claimed → started": "j.started_at - j.claimed_at",
-        "started → executed": "e.executed_at - j.started_at",
+        "started → handler began": "e.began_at - j.started_at",
+        "handler began → executed (83 ms of work)": "e.executed_at - e.began_at",
         "run_at → executed": "e.executed_at - j.run_at",
     }
     rows = []
