@@ -174,6 +174,8 @@ TEMPO = {
     "QUEUE": env.str("TEMPO_QUEUE", default="tempo"),
     # Dispatchers and workers commit their transitions asynchronously (see tasksapp/db.py).
     "ASYNC_COMMIT": env.bool("TEMPO_ASYNC_COMMIT", default=True),
+    # The per-job statements are prepared once per session (see tasksapp/db.py).
+    "PREPARED_STATEMENTS": env.bool("TEMPO_PREPARED_STATEMENTS", default=True),
     # "database": dispatchers poll and hold due jobs in memory (the default);
     # "redis": a Redis due index says what is due (docs/ARCHITECTURE.md, dispatch modes).
     "DISPATCH_MODE": env.str("TEMPO_DISPATCH_MODE", default="database"),

@@ -5,7 +5,13 @@ from celery.signals import worker_process_init, worker_ready
 from django.db import close_old_connections
 
 from tasksapp.db import use_async_commit
-from tasksapp.executor import execute_batch, lease_keeper, warm_handler_pool, warm_up
+from tasksapp.executor import (
+    execute_batch,
+    lease_keeper,
+    on_every_pool_thread,
+    warm_handler_pool,
+    warm_up,
+)
 
 RUN_JOBS = "tasksapp.run_jobs"
 
@@ -30,9 +36,14 @@ def _prepare_worker(sender=None, **kwargs) -> None:
     """Threads/solo pools run jobs in this process: heartbeat from the start."""
     use_async_commit()
     pool = getattr(sender, "pool", None)
-    if type(pool).__module__ != "celery.concurrency.prefork":
-        lease_keeper()
-        warm_handler_pool()
+    if type(pool).__module__ == "celery.concurrency.prefork":
+        return  # each child prepares itself (worker_process_init)
+    lease_keeper()
+    warm_handler_pool()
+    executor = getattr(pool, "executor", None)  # the threads pool runs tasks on its threads
+    if executor is not None:
+        on_every_pool_thread(executor, warm_up)
+    else:
         warm_up()
 
 

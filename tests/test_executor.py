@@ -165,3 +165,18 @@ def test_a_worker_clock_running_ahead_starts_the_job_moments_after_run_at(monkey
     assert job.state == JobState.SUCCEEDED
     late = job.started_at - job.run_at
     assert dt.timedelta(0) <= late < dt.timedelta(milliseconds=10)  # one 20 ms pause: 12+
+
+
+def test_side_by_side_never_runs_more_handlers_than_the_parallelism(settings, effects):
+    settings.TEMPO = {**settings.TEMPO, "BATCH_PARALLELISM": 3}
+    jobs = [
+        JobFactory(handler="tests.handlers.recording.record_slowly", payload={"seconds": 0.3})
+        for _ in range(6)
+    ]
+    assert claim_and_run(*jobs) == 6
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extract(epoch FROM executed_at) FROM test_effects ORDER BY 1")
+        ends = [float(row[0]) for row in cursor.fetchall()]
+    assert len(ends) == 6
+    assert ends[2] - ends[0] < 0.2  # the first three side by side (caller + 2 pool threads)
+    assert ends[3] - ends[2] > 0.2  # the fourth waited for a free thread

@@ -58,6 +58,13 @@ def parse() -> argparse.Namespace:
         help="one job per message and -c THREADS per worker, instead of "
         "batches run side by side by a -c 1 worker",
     )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment for the dispatchers and workers (repeatable)",
+    )
     parser.add_argument("--no-kills", action="store_true", help="no HA kills")
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--seed", type=int, default=20190831)
@@ -93,6 +100,7 @@ class Practice:
             TEMPO_CLAIM_TTL_SECONDS="10",
             TEMPO_RUN_LEASE_SECONDS="6",
             **batching,
+            **dict(item.split("=", 1) for item in args.env),
         )
         self.naive_procs: dict[str, subprocess.Popen] = {}
         self.events: list[Event] = []

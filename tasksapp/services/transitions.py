@@ -20,6 +20,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from tasksapp import sql
+from tasksapp.db import engine_cursor
 from tasksapp.models import Job, JobState
 from tasksapp.models.jobs import DUE_STATES
 
@@ -132,7 +133,7 @@ def job_claim_due(*, ids: Sequence[int], owner: str, ttl: float, lead: float = 1
         return []
     if _is_postgres():
         params = {"ids": list(ids), "owner": owner, "ttl": ttl, "lead": lead}
-        with connection.cursor() as cursor:
+        with connection.cursor() as cursor:  # planned each time: sees the ids it gets
             cursor.execute(sql.CLAIM_DUE, params)
             return [Claim(*row) for row in cursor.fetchall()]
     with transaction.atomic():
@@ -220,7 +221,7 @@ def job_start(*, claims: Sequence[tuple[int, int]], worker: str, ttl: float) -> 
     ids, tokens = zip(*claims, strict=True)
     if _is_postgres():
         params = {"ids": list(ids), "tokens": list(tokens), "worker": worker, "ttl": ttl}
-        with connection.cursor() as cursor:
+        with engine_cursor() as cursor:
             cursor.execute(sql.START_CLAIMED, params)
             rows = cursor.fetchall()
         return [_started(row) for row in rows]
@@ -283,7 +284,7 @@ def job_succeed(*, outcomes: Iterable[tuple[int, int, Any]]) -> set[int]:
             "tokens": [o[1] for o in outcomes],
             "results": [None if o[2] is None else json.dumps(o[2]) for o in outcomes],
         }
-        with connection.cursor() as cursor:
+        with engine_cursor() as cursor:
             cursor.execute(sql.SUCCEED_RUNNING, params)
             return {row[0] for row in cursor.fetchall()}
     done = set()
