@@ -160,7 +160,7 @@ def execute_batch(claims: Sequence[Sequence[int]]) -> int:
     """Run a batch of [job id, token, run_at ms] sent by a dispatcher; returns jobs started."""
     keeper = lease_keeper()
     pairs = [(int(c[0]), int(c[1])) for c in claims]
-    _wait_until(max(int(c[2]) for c in claims))
+    _wait_until(max(float(c[2]) for c in claims))
     started = job_start(claims=pairs, worker=keeper.name, ttl=keeper.ttl)
     if len(started) < len(pairs):
         started += _start_stragglers(claims, {s.id for s in started}, keeper)
@@ -270,7 +270,7 @@ def _run_one_in_thread(job: StartedJob) -> tuple[str, Any]:
     return _run_one(job)
 
 
-def _wait_until(run_at_ms: int) -> None:
+def _wait_until(run_at_ms: float) -> None:
     """Never start early: wait out the few ms a dispatcher may have claimed ahead."""
     delay = (run_at_ms - clock.now_ms()) / 1000
     if 0 < delay < 2:
@@ -287,7 +287,7 @@ def _start_stragglers(claims, started_ids: set[int], keeper: LeaseKeeper) -> lis
     early = [
         (int(c[0]), int(c[1]))
         for c in claims
-        if int(c[0]) not in started_ids and int(c[2]) > now - 50
+        if int(c[0]) not in started_ids and float(c[2]) > now - 50
     ]
     started: list[StartedJob] = []
     for pause in STRAGGLER_RETRIES:

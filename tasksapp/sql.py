@@ -23,8 +23,9 @@ ORDER BY run_at, id
 LIMIT %(limit)s
 """
 
-# The claim returns run_at rounded up to the millisecond: the worker waits until then, and
-# rounding down would send it to the database up to 1 ms early, to be refused.
+# The claim returns run_at in ms with its microseconds (a float): the worker waits until
+# exactly then; rounded down it would ask up to 1 ms early (refused), rounded up it would
+# start every job 0.5 ms late on average.
 # Joined with unnest, not `id = ANY(array)`: with tens of thousands of ids the latter
 # is checked linearly for every row the plan visits (16 s for 50,000 ids, 70 ms joined).
 CLAIM_DUE = f"""
@@ -36,7 +37,7 @@ FROM unnest(%(ids)s::bigint[]) AS t(id)
 WHERE j.id = t.id
   AND j.state IN ('scheduled', 'failed')
   AND j.run_at <= clock_timestamp() + make_interval(secs => %(lead)s)
-RETURNING j.id, j.lease_token, ceil(extract(epoch FROM j.run_at) * 1000)::bigint
+RETURNING j.id, j.lease_token, (extract(epoch FROM j.run_at) * 1000)::float8
 """
 
 START_CLAIMED = f"""

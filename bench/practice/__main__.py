@@ -50,7 +50,7 @@ def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=600)
     parser.add_argument("--instances", type=int, default=5)
-    parser.add_argument("--workers", type=int, default=6, help="Celery worker processes")
+    parser.add_argument("--workers", type=int, default=8, help="Celery worker processes")
     parser.add_argument("--threads", type=int, default=5, help="executions per worker")
     parser.add_argument(
         "--one-per-message",

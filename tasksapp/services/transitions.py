@@ -31,7 +31,7 @@ LEASE_EXPIRED_ERROR = "worker lost: lease expired before the job finished"
 class Claim:
     id: int
     token: int
-    run_at_ms: int  # rounded up: the first millisecond at which the job may start
+    run_at_ms: float  # exact, to the microsecond: when the job may start
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,8 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
 
 
-def _ms_ceil(value: dt.datetime) -> int:
-    return -(-((value - _EPOCH) // _MICROSECOND) // 1000)  # exact: no float rounding
+def _ms_exact(value: dt.datetime) -> float:
+    return ((value - _EPOCH) // _MICROSECOND) / 1000  # whole microseconds, then ms
 
 
 def _secs(seconds: float) -> dt.timedelta:
@@ -150,7 +150,7 @@ def job_claim_due(*, ids: Sequence[int], owner: str, ttl: float, lead: float = 1
             claimed_at=now,
             lease_expires_at=now + _secs(ttl),
         )
-    return [Claim(job_id, token + 1, _ms_ceil(run_at)) for job_id, token, run_at in won]
+    return [Claim(job_id, token + 1, _ms_exact(run_at)) for job_id, token, run_at in won]
 
 
 def job_reap_expired(*, partitions: int, owned: Sequence[int]) -> tuple[int, int | None]:
