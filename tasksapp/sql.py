@@ -139,10 +139,7 @@ SELECT
   extract(epoch FROM clock_timestamp()) * 1000
 """
 
-TRY_LOCK_PARTITIONS = """
-SELECT p FROM unnest(%(candidates)s::int[]) AS p
-WHERE pg_try_advisory_lock(%(partition_class)s, p)
-"""
+TRY_LOCK_PARTITION = "SELECT pg_try_advisory_lock(%(partition_class)s, %(partition)s)"
 
 UNLOCK_PARTITIONS = """
 SELECT pg_advisory_unlock(%(partition_class)s, p) FROM unnest(%(partitions)s::int[]) AS p

@@ -192,18 +192,28 @@ class PostgresCoordinator:
             self.owned -= set(change.released)
         elif len(self.owned) < target:
             free = [p for p in range(self.partitions) if p not in set(held or [])]
-            wanted = free[: target - len(self.owned)]
-            if wanted:
-                rows = self._conn.execute(
-                    sql.TRY_LOCK_PARTITIONS,
-                    {
-                        "partition_class": sql.PARTITION_LOCK_CLASS,
-                        "candidates": wanted,
-                    },
-                ).fetchall()
-                change.gained = [r[0] for r in rows]
-                self.owned |= set(change.gained)
+            # Peers read the same free list at the same moment: start at our own place in
+            # it, and go on past the ones a peer won (each miss would cost a round).
+            pids = sorted(set(live_pids or []) | {self._pid})
+            start = len(free) * pids.index(self._pid) // len(pids)
+            change.gained = self.take(free[start:] + free[:start], target - len(self.owned))
         return change
+
+    def take(self, candidates: list[int], count: int) -> list[int]:
+        """Lock up to `count` of the candidate partitions, trying them in order."""
+        assert self._conn is not None
+        gained: list[int] = []
+        for partition in candidates:
+            if len(gained) >= count:
+                break
+            (won,) = self._conn.execute(
+                sql.TRY_LOCK_PARTITION,
+                {"partition_class": sql.PARTITION_LOCK_CLASS, "partition": partition},
+            ).fetchone()
+            if won:
+                gained.append(partition)
+        self.owned |= set(gained)
+        return gained
 
     # -- wake-ups ---------------------------------------------------------------------
     def wait(self, timeout: float) -> list[str]:

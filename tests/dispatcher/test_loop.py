@@ -3,10 +3,13 @@
 import datetime as dt
 import time
 
+import psycopg
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from tasksapp import sql
+from tasksapp.dispatcher.coordination import PostgresCoordinator
 from tasksapp.dispatcher.loop import DispatcherLoop, split_batches
 from tasksapp.models import Dispatcher, DispatcherCounter, Job, JobState
 from tasksapp.services import job_schedule
@@ -216,3 +219,23 @@ def test_a_dead_peer_is_noticed_at_once_not_at_the_next_round(loops, settings):
     began = time.monotonic()
     run_until(lambda: len(a.coordinator.owned) == 16, a, timeout=5)
     assert time.monotonic() - began < 2  # the peer watcher woke it, not the 60 s round
+
+
+def test_taking_over_goes_on_past_partitions_a_peer_just_won():
+    """Survivors read the same free list at the same moment; one that loses a partition
+    to a peer takes the next free one in the same round (not 2 s later)."""
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    coordinator = PostgresCoordinator(partitions=16, instance_id=424242)
+    coordinator.connect()
+    try:
+        with psycopg.connect(**params, autocommit=True) as peer:
+            for partition in (0, 1):
+                peer.execute(
+                    "SELECT pg_advisory_lock(%s, %s)", [sql.PARTITION_LOCK_CLASS, partition]
+                )
+            assert coordinator.take([0, 1, 2, 3], 2) == [2, 3]
+            assert coordinator.owned == {2, 3}
+    finally:
+        coordinator.close()
