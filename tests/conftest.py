@@ -6,7 +6,8 @@ import os
 import uuid
 
 import pytest
-import redis
+
+from tests.processes.support import purge_queue
 
 
 @pytest.fixture
@@ -20,10 +21,7 @@ def queue_name(broker_url, settings):
     name = f"tempo-test-{uuid.uuid4().hex[:8]}"
     settings.TEMPO = {**settings.TEMPO, "QUEUE": name}
     yield name
-    client = redis.Redis.from_url(broker_url)
-    for key in client.scan_iter(f"*{name}*"):
-        client.delete(key)
-    client.close()
+    purge_queue(broker_url, name)
 
 
 class RecordingPublisher:

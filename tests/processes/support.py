@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
+import redis
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -61,6 +63,7 @@ class Cluster:
             **settings,
         }
         self.queue = queue
+        self.broker_url = broker_url
         self.logs = logs
         self.processes: dict[str, subprocess.Popen] = {}
 
@@ -116,9 +119,26 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        purge_queue(self.broker_url, self.queue)
 
     def log(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text(errors="replace")
+
+
+def purge_queue(broker_url: str, queue: str) -> None:
+    """Leave the shared Redis as it was: the queue's keys, and the messages a killed
+    worker left in kombu's `unacked` hash (they name the queue as their routing key)."""
+    client = redis.Redis.from_url(broker_url)
+    try:
+        for key in client.scan_iter(f"*{queue}*"):
+            client.delete(key)
+        for tag, raw in client.hscan_iter("unacked"):
+            with contextlib.suppress(ValueError, IndexError, TypeError):
+                if json.loads(raw)[2] == queue:
+                    client.hdel("unacked", tag)
+                    client.zrem("unacked_index", tag)
+    finally:
+        client.close()
 
 
 def _as_postgres(args: list[str]) -> list[str]:
