@@ -156,8 +156,9 @@ def stop_lease_keeper() -> None:
             _keeper = None
 
 
-def execute_batch(claims: Sequence[Sequence[int]]) -> int:
-    """Run a batch of [job id, token, run_at ms] sent by a dispatcher; returns jobs started."""
+def execute_batch(claims: Sequence[Sequence[int | float]]) -> int:
+    """Run a batch of [job id, token, run_at in ms (a float: to the microsecond)] sent by
+    a dispatcher; returns the number of jobs started."""
     keeper = lease_keeper()
     pairs = [(int(c[0]), int(c[1])) for c in claims]
     _wait_until(max(float(c[2]) for c in claims))
