@@ -23,7 +23,7 @@ import psycopg
 import redis
 from tqdm import tqdm
 
-from bench.common import BROKER_URL, ROOT, BenchDatabase, summary, table, write_json
+from bench.common import BROKER_URL, ROOT, BenchDatabase, bench_cluster, summary, table, write_json
 from tests.processes.support import Cluster
 
 NOOP = "tests.handlers.recording.noop"
@@ -86,15 +86,7 @@ def wait_done(conn, n: int, timeout: float) -> None:
 
 def tempo_burst(args, n: int, delivery: str) -> dict:
     with BenchDatabase("tempo_bench_burst") as db, db.connect() as conn:
-        cluster = Cluster(
-            database_url=db.url,
-            broker_url=BROKER_URL,
-            queue=f"burst-{uuid.uuid4().hex[:6]}",
-            logs=Path(tempfile.mkdtemp(prefix="bench-burst-")),
-            TEMPO_COORDINATION_SECONDS="2",
-            TEMPO_CLAIM_TTL_SECONDS="10",
-            TEMPO_RUN_LEASE_SECONDS="6",
-        )
+        cluster = bench_cluster(db.url, "burst")
         at = time.time() + 30 + n / 20_000  # time to insert and for dispatchers to poll
         conn.execute(INSERT, {"handler": NOOP, "at": at, "n": n, "delivery": delivery})
         try:

@@ -18,19 +18,16 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
 
-from bench.common import BROKER_URL, ROOT, BenchDatabase, table, write_json
+from bench.common import ROOT, BenchDatabase, bench_cluster, table, write_json
 from bench.practice import naive
 from bench.practice.handlers import EXECUTIONS_TABLE
 from bench.practice.workload import LIVE_LEAD_SECONDS, live_sleep, upfront_offsets
-from tests.processes.support import Cluster
 
 HANDLER = "bench.practice.handlers.process_locked_job"
 MAX_DELAY_MS = 30_000
@@ -86,19 +83,13 @@ class Practice:
         self.ours, self.baseline = ours, baseline
         self.ours_sql = ours.connect()
         self.naive_sql = baseline.connect() if baseline else None
-        self.logs = Path(tempfile.mkdtemp(prefix="bench-practice-"))
         # By default a dispatcher's share of a burst travels in messages of up to
         # --threads jobs; each worker takes one message at a time and runs its handlers
         # side by side (never more than --threads at once per process).
         batching = {} if args.one_per_message else {"TEMPO_BATCH_PARALLELISM": str(args.threads)}
-        self.cluster = Cluster(
-            database_url=ours.url,
-            broker_url=BROKER_URL,
-            queue=f"practice-{uuid.uuid4().hex[:6]}",
-            logs=self.logs,
-            TEMPO_COORDINATION_SECONDS="2",
-            TEMPO_CLAIM_TTL_SECONDS="10",
-            TEMPO_RUN_LEASE_SECONDS="6",
+        self.cluster = bench_cluster(
+            ours.url,
+            "practice",
             **batching,
             **dict(item.split("=", 1) for item in args.env),
         )

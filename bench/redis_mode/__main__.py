@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 import time
-import uuid
-from pathlib import Path
 
 from bench.burst.__main__ import INSERT, NOOP, worker_args
-from bench.common import BROKER_URL, BenchDatabase, summary, table, write_json
+from bench.common import BenchDatabase, bench_cluster, summary, table, write_json
 from bench.practice.__main__ import Practice, score_ours
-from tests.processes.support import Cluster, PrivateRedis
+from tests.processes.support import PrivateRedis
 
 MODES = ("database", "redis")
 COLUMNS = [
@@ -177,15 +174,7 @@ def practice_run(args, mode: str, index: IndexRedis) -> dict:
 def burst_run(args, mode: str, index: IndexRedis, n: int) -> dict:
     use_mode(mode, index)
     with BenchDatabase("tempo_modes_burst") as db, db.connect() as conn:
-        cluster = Cluster(
-            database_url=db.url,
-            broker_url=BROKER_URL,
-            queue=f"modes-{uuid.uuid4().hex[:6]}",
-            logs=Path(tempfile.mkdtemp(prefix="bench-modes-")),
-            TEMPO_COORDINATION_SECONDS="2",
-            TEMPO_CLAIM_TTL_SECONDS="10",
-            TEMPO_RUN_LEASE_SECONDS="6",
-        )
+        cluster = bench_cluster(db.url, "modes")
         at = time.time() + 30 + n / 20_000
         conn.execute(INSERT, {"handler": NOOP, "at": at, "n": n, "delivery": "at_least_once"})
         conn.execute("SELECT pg_stat_reset()")
