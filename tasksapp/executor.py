@@ -237,17 +237,18 @@ def on_every_pool_thread(pool: ThreadPoolExecutor, action) -> None:
         future.result()
 
 
+NO_JOB = (-1, -1)  # (id, token) that matches no row: identity ids are positive
+
+
 def warm_up() -> None:
     """Before the first job, on each thread that will run jobs: open the thread's database
-    connection, measure the clock, and let the session parse and plan the start and finish
-    statements. A new session pays connecting and a few ms of catalog reads the first time
-    it touches a table: on a job's path, 10-20 ms of lateness."""
-    connection.ensure_connection()
+    connection, measure the clock, and run the start and finish once for no job (id -1
+    never exists), so the session has parsed and prepared them. A new session pays
+    connecting and a few ms of catalog reads the first time it touches a table: on a
+    job's path, 10-20 ms of lateness."""
     clock.now_ms()
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(sql.START_CLAIMED, {"ids": [], "tokens": [], "worker": "", "ttl": 0})
-            cursor.execute(sql.SUCCEED_RUNNING, {"ids": [], "tokens": [], "results": []})
+    job_start(claims=[NO_JOB], worker="", ttl=0)
+    job_succeed(outcomes=[(*NO_JOB, None)])
 
 
 def warm_handler_pool() -> None:
@@ -297,7 +298,8 @@ def _start_stragglers(claims, started_ids: set[int], keeper: LeaseKeeper) -> lis
         time.sleep(pause)
         more = job_start(claims=early, worker=keeper.name, ttl=keeper.ttl)
         started += more
-        early = [c for c in early if c[0] not in {job.id for job in more}]
+        now_started = {job.id for job in more}
+        early = [c for c in early if c[0] not in now_started]
     return started
 
 
