@@ -1,7 +1,9 @@
-"""The database clock as a process sees it: an offset (ms) to add to `time.time()`.
+"""The database clock as a dispatcher sees it: an offset (ms) to add to `time.time()`.
 
-Run times are compared with the database clock (`clock_timestamp()`), so dispatchers and
-workers on other machines must know how far their own clock is from it. A sample is one
+Run times are compared with the database clock (`clock_timestamp()`), so dispatchers on
+other machines must know how far their own clock is from it, to claim on time. (Workers
+need no estimate: each start's answer bounds the database clock, see
+`tasksapp.services.transitions.DatabaseTime`.) A sample is one
 round trip: the database's time against the midpoint of ours. A round trip delayed on one
 leg (a busy machine, a slow network) skews the midpoint by up to half its length, so the
 estimate keeps the sample with the shortest round trip; the kept sample ages a little at

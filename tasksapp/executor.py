@@ -25,8 +25,7 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from tasksapp import retry, sql
-from tasksapp.clock import ClockOffset
+from tasksapp import retry
 from tasksapp.db import flush_commits
 from tasksapp.handlers import HandlerError, JobContext, resolve_handler
 from tasksapp.models import Delivery, WorkerProcess
@@ -48,26 +47,6 @@ class TimeLimitExceeded(Exception):
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class DatabaseClock(ClockOffset):
-    """The worker's view of the database clock. The lease keeper adds a sample at every
-    round (off the jobs' path); the first use measures at once if none was taken yet."""
-
-    def sample(self) -> None:
-        if connection.vendor != "postgresql":
-            return  # SQLite: the database clock is ours
-        with connection.cursor() as cursor:
-            before = time.time() * 1000
-            cursor.execute(sql.DB_CLOCK_MS)
-            db_ms = float(cursor.fetchone()[0])
-            self.observe(before, time.time() * 1000, db_ms)
-
-    def now_ms(self) -> float:
-        if not self.measured and connection.vendor == "postgresql":
-            for _ in range(3):
-                self.sample()
-        return super().now_ms()
 
 
 class LeaseKeeper:
@@ -97,6 +76,11 @@ class LeaseKeeper:
             self._held.pop(job_id, None)
             self._counts["succeeded" if succeeded else "failed"] += 1
 
+    def forget(self, job_ids: Sequence[int]) -> None:
+        with self._lock:
+            for job_id in job_ids:
+                self._held.pop(job_id, None)
+
     def _loop(self) -> None:
         try:
             while not self._stopped.wait(self.ttl / 3):
@@ -116,7 +100,6 @@ class LeaseKeeper:
             leases = [(i, t) for i, (t, d) in self._held.items() if d is None or d > now]
             running, counts = len(self._held), dict(self._counts)
             self._counts = {"succeeded": 0, "failed": 0}
-        clock.sample()
         job_renew(leases=leases, ttl=self.ttl)
         updated = WorkerProcess.objects.filter(name=self.name).update(
             heartbeat_at=timezone.now(),
@@ -137,7 +120,6 @@ class LeaseKeeper:
 
 _keeper: LeaseKeeper | None = None
 _keeper_lock = threading.Lock()
-clock = DatabaseClock()
 
 
 def lease_keeper() -> LeaseKeeper:
@@ -157,27 +139,34 @@ def stop_lease_keeper() -> None:
 
 
 def execute_batch(claims: Sequence[Sequence[int | float]]) -> int:
-    """Run a batch of [job id, token, run_at in ms (a float: to the microsecond)] sent by
-    a dispatcher; returns the number of jobs started."""
+    """Run a batch of [job id, token, run_at in ms] sent by a dispatcher; returns the
+    number of jobs started.
+
+    The jobs are started at once, usually some ms before their run time (the dispatcher
+    claims ahead to hide the broker hop), and each handler waits for its run_at by the
+    database clock as the start's answer bounds it: that round trip and its CPU, a burst
+    of workers at once, stay off the path between run_at and the handler."""
     keeper = lease_keeper()
     pairs = [(int(c[0]), int(c[1])) for c in claims]
-    _wait_until(max(float(c[2]) for c in claims))
     started = job_start(claims=pairs, worker=keeper.name, ttl=keeper.ttl)
-    if len(started) < len(pairs):
-        started += _start_stragglers(claims, {s.id for s in started}, keeper)
     if any(job.delivery == Delivery.AT_MOST_ONCE for job in started):
         flush_commits()  # the start must survive a database crash before the handler runs
     for job in started:
         keeper.hold(job)
-    finished_ok: list[tuple[int, int, Any]] = []
-    for job, (status, outcome) in zip(started, _run_all(started), strict=True):
-        if status == "pending":
-            finished_ok.append(outcome)
-        else:
-            keeper.release(job.id, succeeded=status == "succeeded")
-    done = job_succeed(outcomes=finished_ok)
-    for job_id, _, _ in finished_ok:
-        keeper.release(job_id, succeeded=job_id in done)
+    try:
+        finished_ok: list[tuple[int, int, Any, float]] = []
+        for job, (status, outcome) in zip(started, _run_all(started), strict=True):
+            if status == "pending":
+                finished_ok.append(outcome)
+            else:
+                keeper.release(job.id, succeeded=status == "succeeded")
+        done = job_succeed(outcomes=finished_ok)
+        for job_id, *_ in finished_ok:
+            keeper.release(job_id, succeeded=job_id in done)
+    finally:
+        # An outcome that could not be recorded (the database went away): stop renewing
+        # the lease, so that it expires and the reaper returns the job.
+        keeper.forget([job.id for job in started])
     return len(started)
 
 
@@ -242,13 +231,12 @@ NO_JOB = (-1, -1)  # (id, token) that matches no row: identity ids are positive
 
 def warm_up() -> None:
     """Before the first job, on each thread that will run jobs: open the thread's database
-    connection, measure the clock, and run the start and finish once for no job (id -1
-    never exists), so the session has parsed and prepared them. A new session pays
-    connecting and a few ms of catalog reads the first time it touches a table: on a
-    job's path, 10-20 ms of lateness."""
-    clock.now_ms()
+    connection and run the start and finish once for no job (id -1 never exists), so the
+    session has parsed and prepared them. A new session pays connecting and a few ms of
+    catalog reads the first time it touches a table: on a job's path, 10-20 ms of
+    lateness."""
     job_start(claims=[NO_JOB], worker="", ttl=0)
-    job_succeed(outcomes=[(*NO_JOB, None)])
+    job_succeed(outcomes=[(*NO_JOB, None, None)])
 
 
 def warm_handler_pool() -> None:
@@ -272,35 +260,13 @@ def _run_one_in_thread(job: StartedJob) -> tuple[str, Any]:
     return _run_one(job)
 
 
-def _wait_until(run_at_ms: float) -> None:
-    """Never start early: wait out the few ms a dispatcher may have claimed ahead."""
-    delay = (run_at_ms - clock.now_ms()) / 1000
-    if 0 < delay < 2:
+def _begin(job: StartedJob) -> float:
+    """Wait until the job's run time by the database clock; return that clock's time now
+    (ms, a lower bound): when the handler began."""
+    delay = job.begins_at - time.monotonic()
+    if delay > 0:
         time.sleep(delay)
-
-
-STRAGGLER_RETRIES = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02)  # seconds, about 40 ms in all
-
-
-def _start_stragglers(claims, started_ids: set[int], keeper: LeaseKeeper) -> list[StartedJob]:
-    """Jobs refused only because our clock ran a little ahead of the database's: retry
-    promptly (a fixed long pause would make every such job that much late)."""
-    now = clock.now_ms()
-    early = [
-        (int(c[0]), int(c[1]))
-        for c in claims
-        if int(c[0]) not in started_ids and float(c[2]) > now - 50
-    ]
-    started: list[StartedJob] = []
-    for pause in STRAGGLER_RETRIES:
-        if not early:
-            break
-        time.sleep(pause)
-        more = job_start(claims=early, worker=keeper.name, ttl=keeper.ttl)
-        started += more
-        now_started = {job.id for job in more}
-        early = [c for c in early if c[0] not in now_started]
-    return started
+    return job.clock.at_least_ms()
 
 
 def _context(job: StartedJob) -> JobContext:
@@ -318,20 +284,22 @@ def _context(job: StartedJob) -> JobContext:
 def _run_one(job: StartedJob) -> tuple[str, Any]:
     """Run one job: ("succeeded"|"failed", None) when recorded, or ("pending", outcome)
     for a success still to be recorded with the batch."""
+    began_ms = None
     try:
         handler = resolve_handler(job.handler)
+        began_ms = _begin(job)
         if job.delivery == Delivery.TRANSACTIONAL:
-            _run_transactional(job, handler)
+            _run_transactional(job, handler, began_ms)
             return "succeeded", None
-        return "pending", (job.id, job.token, _call(job, handler))
+        return "pending", (job.id, job.token, _call(job, handler), began_ms)
     except LeaseLost:
         log.warning("job %s: lease lost while running; its outcome is discarded", job.id)
     except TimeLimitExceeded as exc:
-        _record_failure(job, str(exc), kind="time_limit")
+        _record_failure(job, str(exc), kind="time_limit", began_ms=began_ms)
     except HandlerError as exc:
-        _record_failure(job, str(exc), kind="handler")
+        _record_failure(job, str(exc), kind="handler", began_ms=began_ms)
     except Exception as exc:  # the handler's own failure
-        _record_failure(job, f"{type(exc).__name__}: {exc}", kind="exception")
+        _record_failure(job, f"{type(exc).__name__}: {exc}", kind="exception", began_ms=began_ms)
     return "failed", None
 
 
@@ -347,14 +315,14 @@ def _call(job: StartedJob, handler) -> Any:
         raise ValueError(ERR_RESULT_JSON.format(reason=exc)) from exc
 
 
-def _run_transactional(job: StartedJob, handler) -> None:
+def _run_transactional(job: StartedJob, handler, began_ms: float) -> None:
     with transaction.atomic():
         result = _call(job, handler)
-        if not job_succeed(outcomes=[(job.id, job.token, result)]):
+        if not job_succeed(outcomes=[(job.id, job.token, result, began_ms)]):
             raise LeaseLost(job.id)
 
 
-def _record_failure(job: StartedJob, error: str, *, kind: str) -> None:
+def _record_failure(job: StartedJob, error: str, *, kind: str, began_ms: float | None) -> None:
     decision = retry.decide(
         job.retry_policy or retry.DEFAULT_POLICY, attempt=job.attempt, max_attempts=job.max_attempts
     )
@@ -364,6 +332,7 @@ def _record_failure(job: StartedJob, error: str, *, kind: str) -> None:
         error=error,
         kind=kind,
         retry_in=decision.delay if decision.retry else None,
+        began_ms=began_ms,
     )
     if not recorded:
         log.warning("job %s: failure not recorded, lease lost", job.id)

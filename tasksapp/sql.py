@@ -40,24 +40,34 @@ WHERE j.id = t.id
 RETURNING j.id, j.lease_token, (extract(epoch FROM j.run_at) * 1000)::float8
 """
 
+# The worker starts a job as soon as its message arrives, up to `lead` seconds before
+# run_at (the dispatcher claims 40 ms ahead), and waits for run_at itself before calling
+# the handler (tasksapp.executor). The last column is the database clock, read before the
+# answer left: the worker's lower bound of the database time from then on.
 START_CLAIMED = f"""
 UPDATE {JOB_TABLE} j
-SET state = 'running', attempts = j.attempts + 1, started_at = clock_timestamp(),
+SET state = 'running', attempts = j.attempts + 1,
+    started_at = greatest(j.run_at, clock_timestamp()),
     claimed_by = %(worker)s,
-    lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
+    lease_expires_at = greatest(j.run_at, clock_timestamp()) + make_interval(secs => %(ttl)s)
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
 WHERE j.id = t.id AND j.lease_token = t.token AND j.state = 'claimed'
-  AND j.run_at <= clock_timestamp()
+  AND j.run_at <= clock_timestamp() + make_interval(secs => %(lead)s)
 RETURNING j.id, j.lease_token, j.handler, j.payload, j.attempts, j.max_attempts, j.delivery,
-          j.retry_policy, j.idempotency_key, j.run_at, j.time_limit
+          j.retry_policy, j.idempotency_key, j.run_at, j.time_limit,
+          (extract(epoch FROM clock_timestamp()) * 1000)::float8
 """
 
+# started_at becomes the moment the handler began (the worker's lower bound of the
+# database time then, in ms), where the worker sent one.
 SUCCEED_RUNNING = f"""
 UPDATE {JOB_TABLE} j
 SET state = 'succeeded', finished_at = clock_timestamp(), result = t.result::jsonb,
+    started_at = coalesce(to_timestamp(t.began_ms / 1000), j.started_at),
     lease_expires_at = NULL
-FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::text[])
-     AS t(id, token, result)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::text[],
+            %(began_ms)s::float8[])
+     AS t(id, token, result, began_ms)
 WHERE j.id = t.id AND j.lease_token = t.token AND j.state = 'running'
 RETURNING j.id
 """
@@ -68,6 +78,7 @@ SET state = %(state)s,
     run_at = CASE WHEN %(state)s = 'failed'
                   THEN clock_timestamp() + make_interval(secs => %(delay)s) ELSE run_at END,
     finished_at = clock_timestamp(), last_error = %(error)s, claimed_by = '',
+    started_at = coalesce(to_timestamp(%(began_ms)s::float8 / 1000), started_at),
     lease_expires_at = NULL,
     errors = errors || jsonb_build_array(jsonb_build_object(
         'attempt', attempts, 'at', clock_timestamp(), 'error', %(error)s, 'kind', %(kind)s))
@@ -118,8 +129,6 @@ SELECT (SELECT count(*) FROM reaped),
         WHERE state IN ('claimed', 'running') AND lease_expires_at >= clock_timestamp()
           AND (%(all_partitions)s OR (id %% %(partitions)s) = ANY(%(owned)s)))
 """
-
-DB_CLOCK_MS = "SELECT extract(epoch FROM clock_timestamp()) * 1000"
 
 # Partition ownership: session-level advisory locks, released by Postgres when the
 # process (its connection) dies. Key space: (PARTITION_LOCK_CLASS, partition).

@@ -4,7 +4,7 @@ import datetime as dt
 import time
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 from django.utils import timezone
 
 from tasksapp import executor
@@ -153,17 +153,33 @@ def test_the_claim_carries_run_at_to_the_microsecond():
     assert claim.run_at_ms == pytest.approx(job.run_at.timestamp() * 1000, abs=0.001)
 
 
-def test_a_worker_clock_running_ahead_starts_the_job_moments_after_run_at(monkeypatch, effects):
-    """The worker wakes 8 ms early by its wrong clock; the database refuses the start; the
-    prompt retries start it just after run_at, never before."""
+def test_a_batch_that_arrives_early_is_started_at_once_and_runs_at_run_at(effects):
+    """The start happens on arrival; the handler waits for run_at by the database clock:
+    its effect, stamped by the database, is never before run_at and just after it."""
     job = JobFactory(run_at=timezone.now() + dt.timedelta(milliseconds=300))
     (claim,) = job_claim_due(ids=[job.id], owner="d", ttl=10)
-    monkeypatch.setattr(executor.clock, "now_ms", lambda: time.time() * 1000 + 8)
+    arrived = time.monotonic()
     assert execute_batch([[claim.id, claim.token, claim.run_at_ms]]) == 1
+    assert time.monotonic() - arrived > 0.25  # it waited
     job.refresh_from_db()
-    assert job.state == JobState.SUCCEEDED
-    late = job.started_at - job.run_at
-    assert dt.timedelta(0) <= late < dt.timedelta(milliseconds=10)  # one 20 ms pause: 12+
+    assert job.state == JobState.SUCCEEDED and job.attempts == 1
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT executed_at FROM test_effects WHERE job_id = %s", [job.id])
+        (executed_at,) = cursor.fetchone()
+    assert job.run_at <= job.started_at <= executed_at
+    assert executed_at - job.run_at < dt.timedelta(milliseconds=20)
+
+
+def test_a_failure_records_when_the_handler_began(effects):
+    job = JobFactory(
+        handler="tests.handlers.recording.fail_until",
+        run_at=timezone.now() + dt.timedelta(milliseconds=200),
+        max_attempts=1,
+    )
+    claim_and_run(job)
+    job.refresh_from_db()
+    assert job.state == JobState.DEAD
+    assert job.run_at <= job.started_at < job.run_at + dt.timedelta(milliseconds=20)
 
 
 def test_side_by_side_never_runs_more_handlers_than_the_parallelism(settings, effects):
@@ -179,3 +195,20 @@ def test_side_by_side_never_runs_more_handlers_than_the_parallelism(settings, ef
     assert len(ends) == 6
     assert ends[2] - ends[0] < 0.2  # the first three side by side (caller + 2 pool threads)
     assert ends[3] - ends[2] > 0.2  # the fourth waited for a free thread
+
+
+def test_an_outcome_that_cannot_be_recorded_leaves_the_lease_to_expire(monkeypatch, effects):
+    """The database goes away before the success is written: the worker stops renewing
+    the lease (the reaper then returns the job) instead of holding it forever."""
+    job = JobFactory(delivery="at_least_once")
+    (claim,) = job_claim_due(ids=[job.id], owner="d", ttl=10)
+
+    def database_gone(**kwargs):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(executor, "job_succeed", database_gone)
+    with pytest.raises(OperationalError):
+        execute_batch([[claim.id, claim.token, claim.run_at_ms]])
+    assert job.id not in executor.lease_keeper()._held
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING  # until its lease expires

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,25 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class DatabaseTime:
+    """A lower bound of the database clock, from one round trip: the database read its
+    clock (`read_ms`) before this process had the answer (`received`, time.monotonic()),
+    so at any later moment t it shows at least read_ms + (t - received). Too early by at
+    most the answer's way back; never too late, so a wait for it never ends early."""
+
+    read_ms: float
+    received: float
+
+    def at_least_ms(self, moment: float | None = None) -> float:
+        moment = time.monotonic() if moment is None else moment
+        return self.read_ms + (moment - self.received) * 1000
+
+    def moment_of(self, db_ms: float) -> float:
+        """The time.monotonic() by which the database clock has surely reached db_ms."""
+        return self.received + (db_ms - self.read_ms) / 1000
+
+
+@dataclass(frozen=True)
 class StartedJob:
     id: int
     token: int
@@ -47,6 +67,12 @@ class StartedJob:
     idempotency_key: str
     run_at: dt.datetime
     time_limit: float | None
+    clock: DatabaseTime
+
+    @property
+    def begins_at(self) -> float:
+        """The time.monotonic() at which the handler may begin: run_at, surely."""
+        return self.clock.moment_of(_ms_exact(self.run_at))
 
 
 def _is_postgres() -> bool:
@@ -63,6 +89,10 @@ _MICROSECOND = dt.timedelta(microseconds=1)
 
 def _ms_exact(value: dt.datetime) -> float:
     return ((value - _EPOCH) // _MICROSECOND) / 1000  # whole microseconds, then ms
+
+
+def _from_ms(ms: float) -> dt.datetime:
+    return _EPOCH + dt.timedelta(milliseconds=ms)
 
 
 def _secs(seconds: float) -> dt.timedelta:
@@ -214,67 +244,90 @@ def _lose_running_orm(job: Job, now: dt.datetime) -> int:
 # --- worker side -----------------------------------------------------------------------
 
 
+START_LEAD_SECONDS = 1.0  # a job is started at most this long before its run time
+
+
 def job_start(*, claims: Sequence[tuple[int, int]], worker: str, ttl: float) -> list[StartedJob]:
-    """claimed → running for each (id, token) still holding its claim and due."""
+    """claimed → running for each (id, token) still holding its claim and due within
+    START_LEAD_SECONDS. The handler must not begin before `StartedJob.begins_at`."""
     if not claims:
         return []
     ids, tokens = zip(*claims, strict=True)
     if _is_postgres():
-        params = {"ids": list(ids), "tokens": list(tokens), "worker": worker, "ttl": ttl}
+        params = {
+            "ids": list(ids),
+            "tokens": list(tokens),
+            "worker": worker,
+            "ttl": ttl,
+            "lead": START_LEAD_SECONDS,
+        }
         with engine_cursor() as cursor:
             cursor.execute(sql.START_CLAIMED, params)
             rows = cursor.fetchall()
-        return [_started(row) for row in rows]
+        received = time.monotonic()
+        if not rows:
+            return []
+        clock = DatabaseTime(max(row[11] for row in rows), received)
+        return [_started(row, clock) for row in rows]
     return _start_orm(claims, worker, ttl)
 
 
-def _started(row: Sequence[Any]) -> StartedJob:
+def _started(row: Sequence[Any], clock: DatabaseTime) -> StartedJob:
     payload, policy = row[3], row[7]
     if isinstance(payload, str):
         payload = json.loads(payload)
     if isinstance(policy, str):
         policy = json.loads(policy)
-    return StartedJob(
-        row[0], row[1], row[2], payload, row[4], row[5], row[6], policy, row[8], row[9], row[10]
-    )
+    return StartedJob(*row[:3], payload, *row[4:7], policy, *row[8:11], clock)
 
 
 def _start_orm(claims: Sequence[tuple[int, int]], worker: str, ttl: float) -> list[StartedJob]:
+    """Without PostgreSQL (the embedded SQLite mode) the database clock is this machine's."""
     started = []
     with transaction.atomic():
         now = timezone.now()
         for job_id, token in claims:
-            moved = Job.objects.filter(
-                id=job_id, lease_token=token, state=JobState.CLAIMED, run_at__lte=now
-            ).update(
+            claimed = Job.objects.filter(
+                id=job_id,
+                lease_token=token,
+                state=JobState.CLAIMED,
+                run_at__lte=now + _secs(START_LEAD_SECONDS),
+            )
+            run_at = claimed.values_list("run_at", flat=True).first()
+            if run_at is None:
+                continue
+            begins = max(run_at, now)
+            if claimed.update(
                 state=JobState.RUNNING,
                 attempts=F("attempts") + 1,
-                started_at=now,
+                started_at=begins,
                 claimed_by=worker,
-                lease_expires_at=now + _secs(ttl),
-            )
-            if moved:
-                job = Job.objects.get(id=job_id)
-                started.append(
-                    StartedJob(
-                        job.id,
-                        job.lease_token,
-                        job.handler,
-                        job.payload,
-                        job.attempts,
-                        job.max_attempts,
-                        job.delivery,
-                        job.retry_policy,
-                        job.idempotency_key,
-                        job.run_at,
-                        job.time_limit,
-                    )
-                )
-    return started
+                lease_expires_at=begins + _secs(ttl),
+            ):
+                started.append(Job.objects.get(id=job_id))
+    clock = DatabaseTime(time.time() * 1000, time.monotonic())
+    return [
+        StartedJob(
+            job.id,
+            job.lease_token,
+            job.handler,
+            job.payload,
+            job.attempts,
+            job.max_attempts,
+            job.delivery,
+            job.retry_policy,
+            job.idempotency_key,
+            job.run_at,
+            job.time_limit,
+            clock,
+        )
+        for job in started
+    ]
 
 
-def job_succeed(*, outcomes: Iterable[tuple[int, int, Any]]) -> set[int]:
-    """running → succeeded for each (id, token, result) still holding its lease."""
+def job_succeed(*, outcomes: Iterable[tuple[int, int, Any, float | None]]) -> set[int]:
+    """running → succeeded for each (id, token, result, began_ms) still holding its lease;
+    began_ms, when the handler began (database time, ms), replaces the planned start."""
     outcomes = list(outcomes)
     if not outcomes:
         return set()
@@ -283,21 +336,31 @@ def job_succeed(*, outcomes: Iterable[tuple[int, int, Any]]) -> set[int]:
             "ids": [o[0] for o in outcomes],
             "tokens": [o[1] for o in outcomes],
             "results": [None if o[2] is None else json.dumps(o[2]) for o in outcomes],
+            "began_ms": [o[3] for o in outcomes],
         }
         with engine_cursor() as cursor:
             cursor.execute(sql.SUCCEED_RUNNING, params)
             return {row[0] for row in cursor.fetchall()}
     done = set()
     now = timezone.now()
-    for job_id, token, result in outcomes:
+    for job_id, token, result, began_ms in outcomes:
+        began = {} if began_ms is None else {"started_at": _from_ms(began_ms)}
         if Job.objects.filter(id=job_id, lease_token=token, state=JobState.RUNNING).update(
-            state=JobState.SUCCEEDED, finished_at=now, result=result, lease_expires_at=None
+            state=JobState.SUCCEEDED, finished_at=now, result=result, lease_expires_at=None, **began
         ):
             done.add(job_id)
     return done
 
 
-def job_fail(*, job_id: int, token: int, error: str, kind: str, retry_in: float | None) -> bool:
+def job_fail(
+    *,
+    job_id: int,
+    token: int,
+    error: str,
+    kind: str,
+    retry_in: float | None,
+    began_ms: float | None = None,
+) -> bool:
     """running → failed (retry after `retry_in` s) or → dead (`retry_in` is None)."""
     state = JobState.DEAD if retry_in is None else JobState.FAILED
     error = error[:4000]
@@ -309,6 +372,7 @@ def job_fail(*, job_id: int, token: int, error: str, kind: str, retry_in: float 
             "delay": retry_in or 0.0,
             "error": error,
             "kind": kind,
+            "began_ms": began_ms,
         }
         with connection.cursor() as cursor:
             cursor.execute(sql.FAIL_RUNNING, params)
@@ -323,6 +387,7 @@ def job_fail(*, job_id: int, token: int, error: str, kind: str, retry_in: float 
             Job.objects.filter(id=job_id, lease_token=token, state=JobState.RUNNING).update(
                 state=state,
                 run_at=now + _secs(retry_in) if retry_in is not None else job.run_at,
+                started_at=job.started_at if began_ms is None else _from_ms(began_ms),
                 finished_at=now,
                 last_error=error,
                 errors=[*job.errors, entry],

@@ -1,13 +1,16 @@
 """Every transition is guarded on state and fencing token: a stale holder changes nothing."""
 
 import datetime as dt
+import time
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from tasksapp.models import Job, JobState
 from tasksapp.services.transitions import (
     LEASE_EXPIRED_ERROR,
+    START_LEAD_SECONDS,
     job_claim_due,
     job_fail,
     job_poll_due,
@@ -22,8 +25,8 @@ pytestmark = pytest.mark.django_db
 ALL = list(range(16))
 
 
-def claim_one(job, owner="d1"):
-    (claim,) = job_claim_due(ids=[job.id], owner=owner, ttl=10)
+def claim_one(job, owner="d1", lead=1.0):
+    (claim,) = job_claim_due(ids=[job.id], owner=owner, ttl=10, lead=lead)
     return claim
 
 
@@ -53,18 +56,45 @@ def test_start_requires_the_current_token_and_happens_once():
     assert job.state == JobState.RUNNING and job.claimed_by == "w" and job.attempts == 1
 
 
-def test_start_never_before_run_at():
-    job = JobFactory(run_at=timezone.now() + dt.timedelta(milliseconds=500))
+def test_start_within_the_lead_bounds_the_database_clock_until_run_at():
+    """A job due within START_LEAD_SECONDS starts at once; `begins_at` is the moment by
+    which the database clock has surely reached its run time."""
+    job = JobFactory(run_at=timezone.now() + dt.timedelta(milliseconds=300))
     claim = claim_one(job)
+    (started,) = job_start(claims=[(job.id, claim.token)], worker="w", ttl=5)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.started_at == job.run_at  # the plan
+    assert 0.2 < started.begins_at - time.monotonic() < 0.31
+    time.sleep(max(0.0, started.begins_at - time.monotonic()))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        assert cursor.fetchone()[0] >= job.run_at
+
+
+def test_start_refuses_a_job_due_beyond_the_lead():
+    job = JobFactory(run_at=timezone.now() + dt.timedelta(seconds=START_LEAD_SECONDS + 1))
+    claim = claim_one(job, lead=START_LEAD_SECONDS + 2)
     assert job_start(claims=[(job.id, claim.token)], worker="w", ttl=5) == []
+    job.refresh_from_db()
+    assert job.state == JobState.CLAIMED
+
+
+def test_finish_records_when_the_handler_began():
+    job = JobFactory()
+    claim = claim_one(job)
+    job_start(claims=[(job.id, claim.token)], worker="w", ttl=5)
+    began = job.run_at + dt.timedelta(milliseconds=3, microseconds=250)
+    assert job_succeed(outcomes=[(job.id, claim.token, None, began.timestamp() * 1000)])
+    job.refresh_from_db()
+    assert abs(job.started_at - began) <= dt.timedelta(microseconds=1)
 
 
 def test_succeed_with_a_stale_token_changes_nothing():
     job = JobFactory()
     claim = claim_one(job)
     job_start(claims=[(job.id, claim.token)], worker="w", ttl=5)
-    assert job_succeed(outcomes=[(job.id, claim.token + 1, None)]) == set()
-    assert job_succeed(outcomes=[(job.id, claim.token, {"n": 1})]) == {job.id}
+    assert job_succeed(outcomes=[(job.id, claim.token + 1, None, None)]) == set()
+    assert job_succeed(outcomes=[(job.id, claim.token, {"n": 1}, None)]) == {job.id}
     job.refresh_from_db()
     assert job.state == JobState.SUCCEEDED and job.result == {"n": 1}
 
@@ -130,7 +160,7 @@ def test_reaper_handles_a_lost_running_job_per_delivery_mode(
     assert job.last_error == LEASE_EXPIRED_ERROR
     assert job.errors[-1]["kind"] == "lease_expired"
     # The worker that lost the lease can no longer finish it.
-    assert job_succeed(outcomes=[(job.id, claim.token, None)]) == set()
+    assert job_succeed(outcomes=[(job.id, claim.token, None, None)]) == set()
 
 
 def test_reaper_only_touches_owned_partitions_and_reports_the_next_expiry():
