@@ -58,6 +58,8 @@ RETURNING j.id, j.lease_token, j.handler, j.payload, j.attempts, j.max_attempts,
           (extract(epoch FROM clock_timestamp()) * 1000)::float8
 """
 
+DB_CLOCK_MS = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8"
+
 # started_at becomes the moment the handler began (the worker's lower bound of the
 # database time then, in ms), where the worker sent one.
 SUCCEED_RUNNING = f"""

@@ -44,6 +44,16 @@ class DatabaseTime:
 
     read_ms: float
     received: float
+    sent: float  # time.monotonic() when the question left: the bound is this loose at most
+
+    @property
+    def round_trip_ms(self) -> float:
+        return (self.received - self.sent) * 1000
+
+    def tighter(self, other: DatabaseTime) -> DatabaseTime:
+        """Of two valid lower bounds, the higher one."""
+        mine, theirs = self.read_ms - self.received * 1000, other.read_ms - other.received * 1000
+        return self if mine >= theirs else other
 
     def at_least_ms(self, moment: float | None = None) -> float:
         moment = time.monotonic() if moment is None else moment
@@ -261,15 +271,29 @@ def job_start(*, claims: Sequence[tuple[int, int]], worker: str, ttl: float) -> 
             "ttl": ttl,
             "lead": START_LEAD_SECONDS,
         }
+        sent = time.monotonic()
         with engine_cursor() as cursor:
             cursor.execute(sql.START_CLAIMED, params)
             rows = cursor.fetchall()
         received = time.monotonic()
         if not rows:
             return []
-        clock = DatabaseTime(max(row[11] for row in rows), received)
+        clock = DatabaseTime(max(row[11] for row in rows), received, sent)
         return [_started(row, clock) for row in rows]
     return _start_orm(claims, worker, ttl)
+
+
+def database_time() -> DatabaseTime:
+    """One round trip's lower bound of the database clock (this machine's without
+    PostgreSQL)."""
+    if not _is_postgres():
+        now = time.monotonic()
+        return DatabaseTime(time.time() * 1000, now, now)
+    sent = time.monotonic()
+    with engine_cursor() as cursor:
+        cursor.execute(sql.DB_CLOCK_MS, {})
+        (read_ms,) = cursor.fetchone()
+    return DatabaseTime(read_ms, time.monotonic(), sent)
 
 
 def _started(row: Sequence[Any], clock: DatabaseTime) -> StartedJob:
@@ -305,7 +329,7 @@ def _start_orm(claims: Sequence[tuple[int, int]], worker: str, ttl: float) -> li
                 lease_expires_at=begins + _secs(ttl),
             ):
                 started.append(Job.objects.get(id=job_id))
-    clock = DatabaseTime(time.time() * 1000, time.monotonic())
+    clock = database_time()
     return [
         StartedJob(
             job.id,
