@@ -12,6 +12,7 @@ from tasksapp.executor import (
     warm_handler_pool,
     warm_up,
 )
+from tasksapp.runtime import freeze_startup_heap
 
 RUN_JOBS = "tasksapp.run_jobs"
 
@@ -45,6 +46,7 @@ def _prepare_worker(sender=None, **kwargs) -> None:
         on_every_pool_thread(executor, warm_up)
     else:
         warm_up()
+    freeze_startup_heap()
 
 
 @worker_process_init.connect
@@ -53,6 +55,7 @@ def _prepare_worker_child(**kwargs) -> None:
     lease_keeper()
     warm_handler_pool()
     warm_up()
+    freeze_startup_heap()
 
 
 PLAN_DUE_SLICES = "tasksapp.plan_due_slices"

@@ -28,6 +28,7 @@ from tasksapp.db import use_async_commit
 from tasksapp.dispatcher.coordination import REBALANCE, LocalCoordinator, PostgresCoordinator
 from tasksapp.dispatcher.wheel import TimingWheel
 from tasksapp.models import Dispatcher, DispatcherCounter
+from tasksapp.runtime import freeze_startup_heap
 from tasksapp.services.transitions import Claim, job_claim_due, job_poll_due, job_reap_expired
 
 log = logging.getLogger(__name__)
@@ -169,6 +170,7 @@ class DispatcherLoop:
         self.coordinator = kind(partitions=self.partitions, instance_id=self.record.id)
         self.coordinator.connect()
         self._warm_up()
+        freeze_startup_heap()
         log.info("dispatcher %s started (%s partitions)", self.name, self.partitions)
 
     def _warm_up(self) -> None:
