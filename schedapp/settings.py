@@ -192,7 +192,8 @@ TEMPO = {
 }
 TEMPO["INDEX_PREFIX"] = TEMPO["INDEX_PREFIX"] or f"{TEMPO['QUEUE']}:"
 
-# Long-running processes (dispatcher, workers) keep their connection between turns.
+# Web processes keep their connection between requests for this long; dispatchers and
+# workers keep theirs for their lifetime (tasksapp.db.use_engine_sessions).
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=600)
 
 # --- Probabilistic planning (tasksapp.planning, docs/PLANNING.md) --------------------

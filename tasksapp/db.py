@@ -1,4 +1,4 @@
-"""Commit durability for the engine's own processes (dispatchers and workers).
+"""The engine's own database sessions (dispatchers and workers): commits, lifetime, plans.
 
 A synchronous commit waits for the WAL flush (about 4 ms on the development disk); every
 claim, start and finish would pay it. The engine's transitions are safe to commit
@@ -23,17 +23,22 @@ from django.db import connection, transaction
 from django.db.backends.signals import connection_created
 
 
-def use_async_commit() -> None:
-    """Make this process's database sessions commit asynchronously (if enabled)."""
-    if not settings.TEMPO["ASYNC_COMMIT"]:
-        return
-    connection_created.connect(_async_commit, weak=False, dispatch_uid="tempo-async-commit")
+def use_engine_sessions() -> None:
+    """This process is a dispatcher or a worker: its database sessions commit
+    asynchronously (if enabled) and live as long as the process (see `_engine_session`)."""
+    connection_created.connect(_engine_session, weak=False, dispatch_uid="tempo-engine-session")
     if connection.connection is not None:
-        _async_commit(sender=None, connection=connection)
+        _engine_session(sender=None, connection=connection)
 
 
-def _async_commit(sender, connection, **kwargs) -> None:
-    if connection.vendor == "postgresql":
+def _engine_session(sender, connection, **kwargs) -> None:
+    # No age limit (CONN_MAX_AGE is for the web processes): a new session costs 5-20 ms
+    # (connecting, cold caches) on the next job's path, and the threads of workers started
+    # together would all reconnect at the same moment: with the 600 s limit, the first
+    # burst after it ran 30-70 ms late. A broken session is still replaced
+    # (close_old_connections checks for errors).
+    connection.close_at = None
+    if settings.TEMPO["ASYNC_COMMIT"] and connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SET synchronous_commit TO off")
 

@@ -4,7 +4,7 @@ from celery import shared_task
 from celery.signals import worker_process_init, worker_ready
 from django.db import close_old_connections
 
-from tasksapp.db import use_async_commit
+from tasksapp.db import use_engine_sessions
 from tasksapp.executor import (
     execute_batch,
     lease_keeper,
@@ -35,9 +35,10 @@ def run_jobs(claims: list[list[int]]) -> int:
 @worker_ready.connect
 def _prepare_worker(sender=None, **kwargs) -> None:
     """Threads/solo pools run jobs in this process: heartbeat from the start."""
-    use_async_commit()
+    use_engine_sessions()
     pool = getattr(sender, "pool", None)
     if type(pool).__module__ == "celery.concurrency.prefork":
+        freeze_startup_heap()  # the parent receives, hands out and acknowledges messages
         return  # each child prepares itself (worker_process_init)
     lease_keeper()
     warm_handler_pool()
@@ -51,7 +52,7 @@ def _prepare_worker(sender=None, **kwargs) -> None:
 
 @worker_process_init.connect
 def _prepare_worker_child(**kwargs) -> None:
-    use_async_commit()
+    use_engine_sessions()
     lease_keeper()
     warm_handler_pool()
     warm_up()

@@ -1,8 +1,9 @@
-"""The engine's database sessions: prepared per-job statements."""
+"""The engine's database sessions: prepared per-job statements, lifetime, commits."""
 
 import pytest
-from django.db import connection
+from django.db import close_old_connections, connection
 
+from tasksapp.db import use_engine_sessions
 from tasksapp.executor import execute_batch
 from tasksapp.models import Job, JobState
 from tasksapp.services.transitions import job_claim_due
@@ -43,3 +44,19 @@ def test_prepared_statements_can_be_turned_off(settings):
         cursor.execute("DEALLOCATE ALL")
     claim_and_run_one()
     assert prepared_statements() == []
+
+
+def test_engine_sessions_have_no_age_limit(settings):
+    """Dispatchers and workers keep their sessions past CONN_MAX_AGE: replacing them costs
+    a job its start, and all threads started together would reconnect at once."""
+    assert connection.settings_dict["CONN_MAX_AGE"]  # the web processes' limit is set
+    use_engine_sessions()
+    connection.close()
+    connection.ensure_connection()
+    session = connection.connection
+    assert connection.close_at is None
+    close_old_connections()
+    assert connection.connection is session
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "off"

@@ -24,7 +24,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from tasksapp import sql
-from tasksapp.db import use_async_commit
+from tasksapp.db import use_engine_sessions
 from tasksapp.dispatcher.coordination import REBALANCE, LocalCoordinator, PostgresCoordinator
 from tasksapp.dispatcher.wheel import TimingWheel
 from tasksapp.models import Dispatcher, DispatcherCounter
@@ -153,7 +153,7 @@ class DispatcherLoop:
 
     # -- life cycle -------------------------------------------------------------------
     def start(self) -> None:
-        use_async_commit()
+        use_engine_sessions()
         self.record, _ = Dispatcher.objects.update_or_create(
             name=self.name,
             defaults={
