@@ -147,8 +147,9 @@ def stop_lease_keeper() -> None:
 
 
 def execute_batch(claims: Sequence[Sequence[int | float]]) -> int:
-    """Run a batch of [job id, token, run_at in ms] sent by a dispatcher; returns the
-    number of jobs started.
+    """Run a batch of [job id, token, run_at in ms] sent by a dispatcher (the run_at
+    there is informational: the start returns each job's own); returns the number of
+    jobs started.
 
     The jobs are started at once, usually some ms before their run time (the dispatcher
     claims ahead to hide the broker hop), and each handler waits for its run_at by the

@@ -23,9 +23,8 @@ ORDER BY run_at, id
 LIMIT %(limit)s
 """
 
-# The claim returns run_at in ms with its microseconds (a float): the worker waits until
-# exactly then; rounded down it would ask up to 1 ms early (refused), rounded up it would
-# start every job 0.5 ms late on average.
+# The claim returns run_at in ms with its microseconds (a float): the dispatcher orders
+# and splits its batches by it. (The worker waits for the run_at its start returns.)
 # Joined with unnest, not `id = ANY(array)`: with tens of thousands of ids the latter
 # is checked linearly for every row the plan visits (16 s for 50,000 ids, 70 ms joined).
 CLAIM_DUE = f"""
@@ -58,6 +57,7 @@ RETURNING j.id, j.lease_token, j.handler, j.payload, j.attempts, j.max_attempts,
           (extract(epoch FROM clock_timestamp()) * 1000)::float8
 """
 
+# One round trip's reading of the database clock (a worker tightening its bound of it).
 DB_CLOCK_MS = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8"
 
 # started_at becomes the moment the handler began (the worker's lower bound of the

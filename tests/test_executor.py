@@ -22,6 +22,14 @@ def claim_and_run(*jobs):
     return execute_batch([[c.id, c.token, c.run_at_ms] for c in claims])
 
 
+def slow_jobs(count):
+    """Jobs whose handler takes 0.3 s, then records its effect."""
+    return [
+        JobFactory(handler="tests.handlers.recording.record_slowly", payload={"seconds": 0.3})
+        for _ in range(count)
+    ]
+
+
 def test_transactional_job_runs_once_and_records_its_result(effects):
     job = JobFactory()
     assert claim_and_run(job) == 1
@@ -131,10 +139,7 @@ def test_non_transactional_batch_is_completed_in_bulk(delivery):
 
 def test_a_batch_can_run_its_handlers_side_by_side(settings, effects):
     settings.TEMPO = {**settings.TEMPO, "BATCH_PARALLELISM": 5}
-    jobs = [
-        JobFactory(handler="tests.handlers.recording.record_slowly", payload={"seconds": 0.3})
-        for _ in range(5)
-    ]
+    jobs = slow_jobs(5)
     assert claim_and_run(*jobs) == 5
     assert Job.objects.filter(state=JobState.SUCCEEDED).count() == 5
     assert effects.count() == 5
@@ -185,10 +190,7 @@ def test_a_failure_records_when_the_handler_began(effects):
 
 def test_side_by_side_never_runs_more_handlers_than_the_parallelism(settings, effects):
     settings.TEMPO = {**settings.TEMPO, "BATCH_PARALLELISM": 3}
-    jobs = [
-        JobFactory(handler="tests.handlers.recording.record_slowly", payload={"seconds": 0.3})
-        for _ in range(6)
-    ]
+    jobs = slow_jobs(6)
     assert claim_and_run(*jobs) == 6
     with connection.cursor() as cursor:
         cursor.execute("SELECT extract(epoch FROM executed_at) FROM test_effects ORDER BY 1")
