@@ -60,6 +60,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            "libraries": {"tempo": "tasksapp.web.templatetags.tempo"},
         },
     },
 ]
@@ -90,7 +91,7 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "staticfiles"
 LOGIN_URL = "/login/"
 
-# --- HTTP API (tasksapp/api, docs/DASHBOARD.md) --------------------------------------
+# --- HTTP API (tasksapp/web/api, docs/DASHBOARD.md)----------------------------------
 REST_FRAMEWORK = {
     # Tokens for programs (admin or `manage.py drf_create_token <user>`); the session of
     # a logged-in operator works too, with its CSRF check.
@@ -98,11 +99,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["tasksapp.api.permissions.ViewOrOperate"],
+    "DEFAULT_PERMISSION_CLASSES": ["tasksapp.web.api.permissions.ViewOrOperate"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "tasksapp.api.errors.exception_handler",
+    "EXCEPTION_HANDLER": "tasksapp.web.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {
@@ -172,9 +173,9 @@ TEMPO = {
     # Backpressure: claim only while fewer messages than this wait in the queue.
     "MAX_QUEUED_MESSAGES": env.int("TEMPO_MAX_QUEUED_MESSAGES", default=64),
     "QUEUE": env.str("TEMPO_QUEUE", default="tempo"),
-    # Dispatchers and workers commit their transitions asynchronously (see tasksapp/db.py).
+    # Dispatchers and workers commit asynchronously (tasksapp/engine/sessions.py).
     "ASYNC_COMMIT": env.bool("TEMPO_ASYNC_COMMIT", default=True),
-    # The per-job statements are prepared once per session (see tasksapp/db.py).
+    # The per-job statements are prepared once per session (tasksapp/engine/sessions.py).
     "PREPARED_STATEMENTS": env.bool("TEMPO_PREPARED_STATEMENTS", default=True),
     # "database": dispatchers poll and hold due jobs in memory (the default);
     # "redis": a Redis due index says what is due (docs/ARCHITECTURE.md, dispatch modes).
@@ -193,10 +194,10 @@ TEMPO = {
 TEMPO["INDEX_PREFIX"] = TEMPO["INDEX_PREFIX"] or f"{TEMPO['QUEUE']}:"
 
 # Web processes keep their connection between requests for this long; dispatchers and
-# workers keep theirs for their lifetime (tasksapp.db.use_engine_sessions).
+# workers keep theirs for their lifetime (tasksapp.engine.sessions.use_engine_sessions).
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=600)
 
-# --- Probabilistic planning (tasksapp.planning, docs/PLANNING.md) --------------------
+# --- Probabilistic planning (tasksapp.recurring, docs/PLANNING.md) --------------------
 TEMPO_PLANNING = {
     # How new members get their phase: "golden" (low-discrepancy, even) or "random".
     "PHASE_STRATEGY": env.str("TEMPO_PHASE_STRATEGY", default="golden"),
@@ -212,5 +213,5 @@ TEMPO_PLANNING = {
 # Modules that register graph tasks, imported at start-up by every process, besides the
 # `graph_tasks` module of each installed app.
 TEMPO_GRAPH_TASK_MODULES = env.list(
-    "TEMPO_GRAPH_TASK_MODULES", default=["tasksapp.graphs.demo_tasks"]
+    "TEMPO_GRAPH_TASK_MODULES", default=["tasksapp.demo.graph_tasks"]
 )

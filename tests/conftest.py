@@ -48,7 +48,7 @@ def _stop_lease_keeper():
     """The executor starts a lease-keeper thread per process; stop it after each test so
     no connection outlives the test database."""
     yield
-    from tasksapp.executor import stop_handler_pool, stop_lease_keeper
+    from tasksapp.engine.worker.executor import stop_handler_pool, stop_lease_keeper
 
     stop_lease_keeper()
     stop_handler_pool()

@@ -3,7 +3,7 @@ import datetime as dt
 import factory
 from django.utils import timezone
 
-from tasksapp.models import Job
+from tasksapp.engine.models import Job
 
 
 class JobFactory(factory.django.DjangoModelFactory):

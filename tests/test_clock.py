@@ -1,6 +1,6 @@
 """The clock offset estimate: the shortest round trip wins, and old samples age."""
 
-from tasksapp.clock import ClockOffset
+from tasksapp.engine.clock import ClockOffset
 
 
 def test_a_round_trip_delayed_on_one_leg_does_not_move_the_estimate():

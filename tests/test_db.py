@@ -3,10 +3,10 @@
 import pytest
 from django.db import close_old_connections, connection
 
-from tasksapp.db import use_engine_sessions
-from tasksapp.executor import execute_batch
-from tasksapp.models import Job, JobState
-from tasksapp.services.transitions import job_claim_due
+from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.sessions import use_engine_sessions
+from tasksapp.engine.transitions import job_claim_due
+from tasksapp.engine.worker.executor import execute_batch
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,10 +8,10 @@ import pytest
 from django.db import OperationalError, connection
 from django.utils import timezone
 
-from tasksapp import executor
-from tasksapp.executor import execute_batch
-from tasksapp.models import Job, JobState
-from tasksapp.services.transitions import job_claim_due, job_start
+from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.transitions import job_claim_due, job_start
+from tasksapp.engine.worker import executor
+from tasksapp.engine.worker.executor import execute_batch
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tasksapp.retry import (
+from tasksapp.engine.retry import (
     DEFAULT_POLICY,
     ERR_POLICY_DELAYS,
     ERR_POLICY_FACTOR,

@@ -103,9 +103,11 @@ def fill(conn, args, now: dt.datetime) -> dict:
     """Members, a planned daily task, ad-hoc jobs, states, processes. Returns ids to use."""
     from django.contrib.auth.models import Group, User
 
-    from tasksapp.models import Dispatcher, Job, Member, WorkerProcess
-    from tasksapp.planning import sql as planning_sql
-    from tasksapp.services import recurring_task_create, roles_ensure, slice_plan
+    from tasksapp.engine.models import Dispatcher, Job, WorkerProcess
+    from tasksapp.recurring import sql as planning_sql
+    from tasksapp.recurring.models import Member
+    from tasksapp.recurring.services import recurring_task_create, slice_plan
+    from tasksapp.web.operators import roles_ensure
 
     began = time.perf_counter()
     conn.execute(
@@ -115,7 +117,7 @@ def fill(conn, args, now: dt.datetime) -> dict:
     epoch = (now - dt.timedelta(days=DAYS_BACK)).replace(hour=0, minute=0, second=0, microsecond=0)
     task = recurring_task_create(
         name="daily profile sync",
-        handler="tasksapp.planning.handlers.sync_member",
+        handler="tasksapp.recurring.handlers.sync_member",
         period=dt.timedelta(days=1),
         slices=24,
         epoch=epoch,
@@ -249,7 +251,7 @@ def measure(args, ids: dict) -> list[dict]:
 
 def plans(conn, ids: dict, now: dt.datetime) -> dict:
     """The top plan node of the heavy reads, to show they use the indexes."""
-    from tasksapp.selectors import dashboard as d
+    from tasksapp.web.selectors import dashboard as d
 
     def top(statement: str, params: dict) -> str:
         rows = conn.execute("EXPLAIN " + statement, params).fetchall()

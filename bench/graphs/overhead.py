@@ -29,7 +29,7 @@ from pathlib import Path
 from bench.common import BROKER_URL, BenchDatabase, summary, table, write_json
 from tests.processes.support import Cluster, wait_for
 
-TASK_MODULES = "tasksapp.graphs.demo_tasks,bench.graphs.tasks"
+TASK_MODULES = "tasksapp.demo.graph_tasks,bench.graphs.tasks"
 MEASURES = {
     "overhead_ms": "last input finished → task started (all 99 dependants)",
     "overhead_join_ms": "… of the 9 joins (released alone)",
@@ -72,8 +72,8 @@ def setup_django(database_url: str) -> None:
 
 def run_graph(n: int) -> int:
     from bench.graphs.tasks import HAS, WANTS
-    from tasksapp.models import GraphRun, GraphState
-    from tasksapp.services import graph_job_schedule
+    from tasksapp.graphs.models import GraphRun, GraphState
+    from tasksapp.graphs.services import graph_job_schedule
 
     graph = graph_job_schedule(has={HAS: n}, wants=[WANTS])
     wait_for(
@@ -96,8 +96,8 @@ def _ms(start, end) -> float:
 def measure(graph_ids: list[int]) -> dict[str, list[float]]:
     """Overhead of every task with inputs, split by how it was released (alone: a join;
     with nine others: a fan-out task) and by phase (the child job's own timestamps)."""
-    from tasksapp.models import Job
-    from tasksapp.selectors.graphs import graph_run_get
+    from tasksapp.engine.models import Job
+    from tasksapp.graphs.selectors import graph_run_get
 
     found: dict[str, list[float]] = {name: [] for name in MEASURES}
     for graph_id in graph_ids:
@@ -120,7 +120,7 @@ def measure(graph_ids: list[int]) -> dict[str, list[float]]:
 
 
 def graph_spans(graph_ids: list[int]) -> list[float]:
-    from tasksapp.models import GraphRun
+    from tasksapp.graphs.models import GraphRun
 
     rows = GraphRun.objects.filter(id__in=graph_ids).values_list("started_at", "finished_at")
     return [(end - start).total_seconds() * 1000 for start, end in rows]

@@ -29,8 +29,8 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from bench.common import ROOT, BenchDatabase, machine, table, write_json
-from tasksapp.planning import phases
-from tasksapp.planning import sql as planning_sql
+from tasksapp.recurring import phases
+from tasksapp.recurring import sql as planning_sql
 
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 PLOT = ROOT / "docs" / "images" / "planning-load.png"
@@ -77,12 +77,12 @@ def time_slices(size: int, slices: int, repeats: int) -> dict:
     """Plan `repeats` slices of a fresh task through the service and time each call."""
     from django.db import connection
 
-    from tasksapp.services import recurring_task_create, slice_plan
+    from tasksapp.recurring.services import recurring_task_create, slice_plan
 
     epoch = datetime(2030, 1, 1, tzinfo=UTC)  # far ahead: every member is planned
     task = recurring_task_create(
         name=f"bench-{size}",
-        handler="tasksapp.planning.handlers.sync_member",
+        handler="tasksapp.recurring.handlers.sync_member",
         period=timedelta(days=30),
         slices=slices,
         epoch=epoch,
@@ -141,7 +141,7 @@ def time_scan(slice_index: int, slices: int) -> float:
 
 def time_member_ops(size: int) -> dict:
     """One member created (ordinal, catch-up) and deleted (cancellation) at this size."""
-    from tasksapp.services import member_create, member_delete
+    from tasksapp.recurring.services import member_create, member_delete
 
     began = time.perf_counter()
     member = member_create(external_id=f"late-{size}")

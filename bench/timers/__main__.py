@@ -31,7 +31,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from bench.common import machine
-from tasksapp.dispatcher.wheel import TimingWheel
+from tasksapp.engine.dispatcher.wheel import TimingWheel
 
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "timers.json"
 START_MS = 1_700_000_000_000  # an epoch time in ms, as the dispatcher uses

@@ -1,7 +1,7 @@
 """Jobs as task graphs: tasks declare what they need and produce (``registry``), and a
 GraphPlan planner turns "has X, wants Y" into layers of tasks (``planner``). Both are pure
 Python: no database, no Celery. ``runner`` holds the handlers that run a graph's jobs on
-the engine (tasksapp.services.graphs). See docs/GRAPHS.md."""
+the engine (tasksapp.graphs.services). See docs/GRAPHS.md."""
 
 from tasksapp.graphs.planner import (
     Plan,

@@ -1,4 +1,4 @@
-"""Handlers of graph jobs (thin adapters over `tasksapp.services.graphs`).
+"""Handlers of graph jobs (thin adapters over `tasksapp.graphs.services`).
 
 - ``start_graph``: the parent job (transactional): creates the TaskRuns and the child
   jobs of the tasks that run first. It succeeds once the graph has started; the graph's
@@ -10,8 +10,8 @@
 
 from __future__ import annotations
 
-from tasksapp.handlers import JobContext
-from tasksapp.services.graphs import graph_rollback, graph_start, task_run_execute
+from tasksapp.engine.handlers import JobContext
+from tasksapp.graphs.services import graph_rollback, graph_start, task_run_execute
 
 
 def start_graph(ctx: JobContext) -> dict:

@@ -2,7 +2,7 @@ from django.db import migrations
 from django.utils import timezone
 
 PLANNER_NAME = "tempo: plan due slices"
-PLANNER_TASK = "tasksapp.plan_due_slices"  # tasksapp.tasks.PLAN_DUE_SLICES
+PLANNER_TASK = "tasksapp.plan_due_slices"  # tasksapp.recurring.tasks.PLAN_DUE_SLICES
 
 
 def install(apps, schema_editor):

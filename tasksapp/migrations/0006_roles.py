@@ -1,7 +1,7 @@
 from django.contrib.auth.management import create_permissions
 from django.db import migrations
 
-# tasksapp.services.operators.ROLES, as it was when this migration was written.
+# tasksapp.web.operators.ROLES, as it was when this migration was written.
 VIEW = ["view_dashboard"]
 OPERATE = ["view_dashboard", "operate"]
 MODELS = [

@@ -1,6 +1,6 @@
 from django.db import migrations
 
-# Indexes the dashboard's reads need (tasksapp.selectors.dashboard, .jobs). They are not
+# Indexes the dashboard's reads need (tasksapp.web.selectors.dashboard, .jobs). They are not
 # declared on Job because the INCLUDE columns and the partial conditions are PostgreSQL's;
 # SQLite (the embedded mode) gets plain indexes on the same columns.
 POSTGRES = [

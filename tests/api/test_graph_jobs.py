@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from tasksapp.engine.models import Job
+from tasksapp.graphs.models import GraphRun, GraphState, TaskRun, TaskState
 from tasksapp.graphs.planner import ERR_CANNOT_PRODUCE, ERR_NO_PROVIDER
-from tasksapp.models import GraphRun, GraphState, Job, TaskRun, TaskState
-from tasksapp.services.graphs.schedule import ERR_STRATEGY
+from tasksapp.graphs.services.schedule import ERR_STRATEGY
 from tests.dashboard.fixtures import make_job, run_demo_graph
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,8 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from tasksapp.models import Job, JobState, OperatorAction
+from tasksapp.engine.models import Job, JobState
+from tasksapp.web.models import OperatorAction
 from tests.dashboard.fixtures import HANDLER, api_client_for, make_job
 
 pytestmark = pytest.mark.django_db
@@ -82,7 +83,7 @@ def test_schedule_is_idempotent_with_a_key(operator_api):
         ({"run_at": "soon"}, "run_at", "Datetime has wrong format"),
         ({"handler": "nodots"}, "handler", "handler must be a dotted path"),
         ({"handler": "no.such.module"}, "handler", "cannot be imported"),
-        ({"handler": "tasksapp.services.jobs.ERR_KEY"}, "handler", "is not callable"),
+        ({"handler": "tasksapp.engine.services.ERR_KEY"}, "handler", "is not callable"),
         ({"max_attempts": 0}, "max_attempts", "greater than or equal to 1"),
         ({"delivery": "twice"}, "delivery", "is not a valid choice"),
         ({"retry_policy": {"delays": []}}, "retry_policy", "retry_policy.delays must be"),

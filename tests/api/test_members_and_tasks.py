@@ -7,8 +7,9 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from tasksapp.models import Member, OperatorAction, RecurringTask
-from tasksapp.services import member_create, recurring_task_create
+from tasksapp.recurring.models import Member, RecurringTask
+from tasksapp.recurring.services import member_create, recurring_task_create
+from tasksapp.web.models import OperatorAction
 from tests.dashboard.fixtures import HANDLER
 
 pytestmark = pytest.mark.django_db

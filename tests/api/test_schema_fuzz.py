@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
 from schedapp.wsgi import application
-from tasksapp.services import member_create
+from tasksapp.recurring.services import member_create
 from tests.dashboard.fixtures import api_client_for, make_job
 
 SCHEMA_URL = "/api/schema/?format=json"

@@ -12,8 +12,8 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from tasksapp.models import Dispatcher, DispatcherCounter, Job, JobState, WorkerProcess
-from tasksapp.services import roles_ensure
+from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState, WorkerProcess
+from tasksapp.web.operators import roles_ensure
 
 HANDLER = "tests.handlers.recording.record"
 
@@ -130,8 +130,8 @@ def activity(db):
 def run_demo_graph(*, wants=("friends",), failure_rate: float = 0.0, latency_scale: float = 0.0):
     """Schedule a demo graph job (tasksapp/graphs/demo_tasks.py) and run all
     its jobs in this process, as a worker would. Needs a transactional database."""
-    from tasksapp.models import Strategy
-    from tasksapp.services import graph_job_schedule
+    from tasksapp.graphs.models import Strategy
+    from tasksapp.graphs.services import graph_job_schedule
     from tests.graphs.conftest import drain
 
     graph = graph_job_schedule(

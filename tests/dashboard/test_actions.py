@@ -9,8 +9,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from tasksapp.models import Job, JobState, OperatorAction, RecurringTask
-from tasksapp.services import recurring_task_create
+from tasksapp.engine.models import Job, JobState
+from tasksapp.recurring.models import RecurringTask
+from tasksapp.recurring.services import recurring_task_create
+from tasksapp.web.models import OperatorAction
 from tests.dashboard.fixtures import HANDLER, make_job
 
 pytestmark = pytest.mark.django_db

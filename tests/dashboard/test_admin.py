@@ -10,8 +10,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from tasksapp.models import JobState, Member, OperatorAction, RecurringTask
-from tasksapp.services import member_create, recurring_task_create
+from tasksapp.engine.models import JobState
+from tasksapp.recurring.models import Member, RecurringTask
+from tasksapp.recurring.services import member_create, recurring_task_create
+from tasksapp.web.models import OperatorAction
 from tests.dashboard.fixtures import HANDLER, make_job
 
 pytestmark = pytest.mark.django_db
@@ -105,7 +107,7 @@ def test_member_actions_and_delete_use_the_services(admin_client):
     assert not Member.objects.get(id=member.id).active
     admin_client.post(reverse("admin:tasksapp_member_delete", args=[member.id]), {"post": "yes"})
     assert not Member.objects.filter(id=member.id).exists()
-    from tasksapp.models import FreeOrdinal
+    from tasksapp.recurring.models import FreeOrdinal
 
     assert FreeOrdinal.objects.filter(ordinal=member.ordinal).exists()
 

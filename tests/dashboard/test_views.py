@@ -8,10 +8,12 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from tasksapp.engine.models import JobState
+from tasksapp.graphs.models import GraphState, TaskRun, TaskState
 from tasksapp.graphs.planner import graph_plan
-from tasksapp.models import GraphState, JobState, SlicePlan, TaskRun, TaskState
-from tasksapp.selectors.jobs import cursor_encode
-from tasksapp.services import member_create_many, recurring_task_create, slice_plan
+from tasksapp.recurring.models import SlicePlan
+from tasksapp.recurring.services import member_create_many, recurring_task_create, slice_plan
+from tasksapp.web.selectors.jobs import cursor_encode
 from tests.dashboard.fixtures import HANDLER, make_job, run_demo_graph
 
 pytestmark = pytest.mark.django_db
@@ -329,13 +331,13 @@ def test_recurring_detail_missing_task_is_404(viewer_client):
 
 def test_cursor_of_a_job_round_trips():
     job = make_job()
-    from tasksapp.selectors.jobs import cursor_decode
+    from tasksapp.web.selectors.jobs import cursor_decode
 
     assert cursor_decode(cursor_encode(job)) == (job.run_at, job.id)
 
 
 def test_overview_warns_when_redis_is_unreachable(viewer_client, activity):
-    from tasksapp.models import Dispatcher
+    from tasksapp.engine.models import Dispatcher
 
     html = viewer_client.get("/").content.decode()
     assert 'id="redis-warning"' not in html  # database mode: nothing to say

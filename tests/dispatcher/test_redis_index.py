@@ -10,10 +10,10 @@ import pytest
 import redis
 from django.utils import timezone
 
-from tasksapp.dispatcher.loop import DispatcherLoop
-from tasksapp.dispatcher.redis_index import RedisIndex
-from tasksapp.models import Dispatcher, Job
-from tasksapp.services import job_cancel, job_schedule
+from tasksapp.engine.dispatcher.loop import DispatcherLoop
+from tasksapp.engine.dispatcher.redis_index import RedisIndex
+from tasksapp.engine.models import Dispatcher, Job
+from tasksapp.engine.services import job_cancel, job_schedule
 from tests.conftest import RecordingPublisher
 
 HANDLER = "tests.handlers.recording.noop"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tasksapp.dispatcher.wheel import TimingWheel
+from tasksapp.engine.dispatcher.wheel import TimingWheel
 
 DAY_MS = 24 * 3600 * 1000
 

@@ -18,16 +18,10 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from tasksapp.models import (
-    Dispatcher,
-    DispatcherCounter,
-    GraphState,
-    Job,
-    JobState,
-    OperatorAction,
-    WorkerProcess,
-)
-from tasksapp.services import member_create_many, recurring_task_create, slice_plan
+from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState, WorkerProcess
+from tasksapp.graphs.models import GraphState
+from tasksapp.recurring.services import member_create_many, recurring_task_create, slice_plan
+from tasksapp.web.models import OperatorAction
 from tests.dashboard.fixtures import HANDLER, make_job, run_demo_graph
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -9,14 +9,14 @@ import pytest
 from django.utils import timezone
 
 import tests.handlers.graph_tasks as graph_tasks
-from tasksapp.executor import execute_batch
-from tasksapp.models import Job
-from tasksapp.models.jobs import DUE_STATES
-from tasksapp.services.transitions import job_claim_due
+from tasksapp.engine.models import Job
+from tasksapp.engine.models.jobs import DUE_STATES
+from tasksapp.engine.transitions import job_claim_due
+from tasksapp.engine.worker.executor import execute_batch
 from tests.processes.conftest import db_url, sql  # noqa: F401 - fixtures
 from tests.processes.support import Cluster
 
-TASK_MODULES = "tasksapp.graphs.demo_tasks,tests.handlers.graph_tasks"
+TASK_MODULES = "tasksapp.demo.graph_tasks,tests.handlers.graph_tasks"
 
 
 class Calls:

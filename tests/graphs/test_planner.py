@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.graphs.planner_bench import random_layered_domain
-from tasksapp.graphs import demo_tasks
+from tasksapp.demo import graph_tasks as demo_tasks
 from tasksapp.graphs.planner import (
     ERR_CANNOT_PRODUCE,
     ERR_CYCLE,

@@ -10,17 +10,9 @@ import uuid
 
 import pytest
 
-from tasksapp.models import (
-    Dispatcher,
-    GraphRun,
-    GraphState,
-    Job,
-    TaskRun,
-    TaskState,
-    WorkerProcess,
-)
-from tasksapp.models.graphs import GRAPH_FINAL_STATES
-from tasksapp.services import graph_job_schedule
+from tasksapp.engine.models import Dispatcher, Job, WorkerProcess
+from tasksapp.graphs.models import GRAPH_FINAL_STATES, GraphRun, GraphState, TaskRun, TaskState
+from tasksapp.graphs.services import graph_job_schedule
 from tests.processes.support import wait_for
 
 pytestmark = pytest.mark.processes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasksapp.graphs import demo_tasks
+from tasksapp.demo import graph_tasks as demo_tasks
 from tasksapp.graphs.registry import (
     ERR_DUPLICATE,
     ERR_NAMES,
@@ -216,9 +216,9 @@ def test_demo_failures_follow_the_failure_rate_and_rescue_refreshes_the_token():
 
 
 def test_autodiscover_imports_listed_modules(settings):
-    settings.TEMPO_GRAPH_TASK_MODULES = ["tasksapp.graphs.demo_tasks"]
+    settings.TEMPO_GRAPH_TASK_MODULES = ["tasksapp.demo.graph_tasks"]
 
-    assert autodiscover_graph_tasks() == ["tasksapp.graphs.demo_tasks"]
+    assert autodiscover_graph_tasks() == ["tasksapp.demo.graph_tasks"]
 
 
 def test_autodiscover_without_the_setting_finds_no_app_modules(settings):

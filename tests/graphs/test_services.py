@@ -12,14 +12,14 @@ import uuid
 import pytest
 from django.db import connection
 
-from tasksapp.executor import execute_batch
+from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.transitions import job_claim_due
+from tasksapp.engine.worker.executor import execute_batch
+from tasksapp.graphs.models import GraphRun, GraphState, TaskRun, TaskState
 from tasksapp.graphs.planner import ERR_CANNOT_PRODUCE, ERR_NO_PROVIDER, graph_plan
-from tasksapp.models import GraphRun, GraphState, Job, JobState, TaskRun, TaskState
-from tasksapp.selectors.graphs import graph_run_get, graph_run_id_for_job, graph_run_page
-from tasksapp.services import GraphInputError, graph_job_schedule
-from tasksapp.services.graphs import common
-from tasksapp.services.graphs.schedule import ERR_HAS, ERR_STRATEGY
-from tasksapp.services.transitions import job_claim_due
+from tasksapp.graphs.selectors import graph_run_get, graph_run_id_for_job, graph_run_page
+from tasksapp.graphs.services import GraphInputError, common, graph_job_schedule
+from tasksapp.graphs.services.schedule import ERR_HAS, ERR_STRATEGY
 from tests.graphs.conftest import drain, run_job, run_next
 from tests.handlers import graph_tasks
 from tests.processes.support import wait_for
@@ -292,7 +292,7 @@ def test_a_task_running_when_the_graph_fails_is_rolled_back_once_it_completes(ca
 
 
 def test_a_rollback_hook_failing_for_good_fails_the_graph(calls, monkeypatch):
-    monkeypatch.setattr("tasksapp.services.graphs.failures.ROLLBACK_JOB_POLICY", NOW)
+    monkeypatch.setattr("tasksapp.graphs.services.failures.ROLLBACK_JOB_POLICY", NOW)
     graph = schedule(has={"fail": {"test.d": -1, "test.b.rollback": 1}}, strategy="rollback")
     drain()
     graph.refresh_from_db()

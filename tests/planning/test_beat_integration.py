@@ -9,11 +9,12 @@ from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
 from schedapp.celery import app
-from tasksapp.dispatcher.loop import DispatcherLoop
-from tasksapp.executor import execute_batch
-from tasksapp.models import Job, JobState, SlicePlan
-from tasksapp.services import member_create_many, recurring_task_create
-from tasksapp.tasks import PLAN_DUE_SLICES, plan_due_slices_task
+from tasksapp.engine.dispatcher.loop import DispatcherLoop
+from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.worker.executor import execute_batch
+from tasksapp.recurring.models import SlicePlan
+from tasksapp.recurring.services import member_create_many, recurring_task_create
+from tasksapp.recurring.tasks import PLAN_DUE_SLICES, plan_due_slices_task
 
 HANDLER = "tests.handlers.recording.record"
 PERIOD = dt.timedelta(minutes=10)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tasksapp.planning import phases
+from tasksapp.recurring import phases
 
 
 @given(st.integers(min_value=0, max_value=2**70))

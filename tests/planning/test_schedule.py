@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tasksapp.planning.schedule import (
+from tasksapp.recurring.schedule import (
     Grid,
     Schedule,
     SliceKey,

@@ -7,13 +7,14 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from tasksapp.models import FreeOrdinal, Job, JobState, Member, RecurringTask, SlicePlan
-from tasksapp.planning.phases import golden_phase
-from tasksapp.planning.schedule import slice_of
-from tasksapp.selectors.planning import member_next_runs, recurring_task_schedule
-from tasksapp.services import (
+from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.services import job_cancel
+from tasksapp.recurring.models import FreeOrdinal, Member, RecurringTask, SlicePlan
+from tasksapp.recurring.phases import golden_phase
+from tasksapp.recurring.schedule import slice_of
+from tasksapp.recurring.selectors.schedules import member_next_runs, recurring_task_schedule
+from tasksapp.recurring.services import (
     PlanningInputError,
-    job_cancel,
     member_activate,
     member_create,
     member_create_many,
@@ -24,9 +25,9 @@ from tasksapp.services import (
     recurring_task_update,
     slice_plan,
 )
-from tasksapp.services.planning import members as member_svc
-from tasksapp.services.planning import recurring as task_svc
-from tasksapp.services.planning import slices as slice_svc
+from tasksapp.recurring.services import members as member_svc
+from tasksapp.recurring.services import recurring_tasks as task_svc
+from tasksapp.recurring.services import slices as slice_svc
 
 HANDLER = "tests.handlers.recording.record"
 DAY = dt.timedelta(days=1)

@@ -99,7 +99,7 @@ def test_graceful_sigterm_leaves_no_job_claimed_by_the_stopped_dispatcher(cluste
 
 def test_a_duplicated_message_does_not_start_a_job_twice(cluster, sql):
     from schedapp.celery import app
-    from tasksapp.tasks import RUN_JOBS
+    from tasksapp.engine.worker.tasks import RUN_JOBS
 
     insert_jobs(sql, count=1, start=-0.1, spread=1)
     (job_id,) = sql.execute("SELECT id FROM tasksapp_job").fetchone()

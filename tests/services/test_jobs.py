@@ -3,9 +3,9 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from tasksapp.models import Job, JobState
-from tasksapp.services import JobInputError, job_cancel, job_retry, job_schedule
-from tasksapp.services import jobs as errors
+from tasksapp.engine import services as errors
+from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.services import JobInputError, job_cancel, job_retry, job_schedule
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db

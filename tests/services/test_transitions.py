@@ -7,8 +7,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from tasksapp.models import Job, JobState
-from tasksapp.services.transitions import (
+from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.transitions import (
     LEASE_EXPIRED_ERROR,
     START_LEAD_SECONDS,
     job_claim_due,

@@ -5,15 +5,15 @@ import datetime as dt
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from tasksapp.models import Member, RecurringTask
-from tasksapp.services import (
+from tasksapp.recurring.models import Member, RecurringTask
+from tasksapp.recurring.services import (
     PlanningInputError,
     member_create_many,
     plan_due_slices,
     recurring_task_create,
 )
 
-DEMO_HANDLER = "tasksapp.planning.handlers.sync_member"
+DEMO_HANDLER = "tasksapp.recurring.handlers.sync_member"
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from tasksapp.dispatcher.loop import DispatcherLoop
+from tasksapp.engine.dispatcher.loop import DispatcherLoop
 
 
 class Command(BaseCommand):

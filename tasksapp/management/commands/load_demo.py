@@ -11,10 +11,10 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
-from tasksapp.models import Delivery, Job
-from tasksapp.services import job_schedule
+from tasksapp.engine.models import Delivery, Job
+from tasksapp.engine.services import job_schedule
 
-GREET, FLAKY = "tasksapp.demo.greet", "tasksapp.demo.flaky"
+GREET, FLAKY = "tasksapp.demo.handlers.greet", "tasksapp.demo.handlers.flaky"
 RETRY_POLICY = {"delays": [1, 2, 5, 10, 20]}
 FIRST_JOBS = 20  # due within the first few seconds, so something happens at once
 NAMES = ["Ada", "Grace", "Linus", "Barbara", "Guido", "Margaret", "Ken", "Radia"]

@@ -11,9 +11,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils import timezone
 
-from tasksapp.graphs.demo_tasks import DEFAULT_FAILURE_RATE, DEMO_JOBS
-from tasksapp.models import GraphRun, Strategy
-from tasksapp.services import GraphInputError, graph_job_schedule
+from tasksapp.demo.graph_tasks import DEFAULT_FAILURE_RATE, DEMO_JOBS
+from tasksapp.graphs.models import GraphRun, Strategy
+from tasksapp.graphs.services import GraphInputError, graph_job_schedule
 
 # The thesis's pairing: the friends job reruns a failed task (its Google+ task refreshes
 # its token in `rescue`); the suggestions job rolls back what it published.

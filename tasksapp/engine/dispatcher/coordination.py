@@ -1,0 +1,254 @@
+"""Partition ownership and wake-ups over one dedicated PostgreSQL session.
+
+The session holds a per-instance advisory lock (liveness) and one advisory lock per
+owned partition; Postgres releases all of them the moment the process dies. The same
+session LISTENs for the job notifications sent by the insert/update trigger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psycopg
+from django.db import connection
+
+from tasksapp.engine import sql
+from tasksapp.engine.clock import ClockOffset
+
+log = logging.getLogger(__name__)
+
+
+REBALANCE = "rebalance"  # a NOTIFY payload: rebalance partitions now
+
+
+def next_peer(peers: list[int], me: int) -> int | None:
+    """The peer this instance watches: the next instance id after its own, in a ring."""
+    others = sorted(set(peers) - {me})
+    if not others:
+        return None
+    return next((p for p in others if p > me), others[0])
+
+
+class PeerWatcher:
+    """Learns the moment a peer dispatcher dies, without polling.
+
+    It blocks on the next peer's instance lock (ring order); Postgres grants it as soon as
+    that peer's session ends — SIGKILL or graceful stop alike — and the watcher then tells
+    every dispatcher to rebalance at once. A lock timeout makes it re-pick its peer when
+    instances come and go. Cost: one idle connection.
+    """
+
+    def __init__(self, params: dict, instance_key: int) -> None:
+        self._params = params
+        self._me = instance_key
+        self._stop = threading.Event()
+        self._conn: psycopg.Connection | None = None
+        self._thread = threading.Thread(target=self._run, name="peer-watcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.cancel()  # interrupt the lock wait
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(**self._params, autocommit=True) as conn:
+                    self._conn = conn
+                    conn.execute("SET lock_timeout = '5s'")
+                    conn.execute(f"LISTEN {sql.NOTIFY_CHANNEL}")  # to hear a peer join
+                    while not self._stop.is_set():
+                        self._watch_once(conn)
+            except psycopg.Error as exc:
+                if not self._stop.is_set():
+                    log.debug("peer watcher: %s", exc)
+                    self._stop.wait(1.0)
+            finally:
+                self._conn = None
+
+    def _watch_once(self, conn: psycopg.Connection) -> None:
+        peers = [
+            row[0]
+            for row in conn.execute(
+                sql.LIVE_DISPATCHER_IDS, {"dispatcher_class": sql.DISPATCHER_LOCK_CLASS}
+            ).fetchall()
+        ]
+        peer = next_peer(peers, self._me)
+        if peer is None:  # alone: wait for a peer to announce itself
+            for _ in conn.notifies(timeout=2.0, stop_after=1):
+                pass
+            return
+        key = {"dispatcher_class": sql.DISPATCHER_LOCK_CLASS, "dispatcher_id": peer}
+        try:
+            conn.execute(sql.LOCK_DISPATCHER, key)  # returns when the peer is gone
+        except psycopg.errors.LockNotAvailable:
+            return  # still alive: look at the ring again
+        conn.execute(sql.UNLOCK_DISPATCHER, key)
+        conn.execute("SELECT pg_notify(%s, %s)", [sql.NOTIFY_CHANNEL, REBALANCE])
+        log.info("peer dispatcher %s is gone: rebalancing", peer)
+
+
+def partition_targets(partitions: int, live_pids: list[int], my_pid: int) -> int:
+    """How many partitions this instance should own: the shares sum to `partitions`."""
+    pids = sorted(set(live_pids) | {my_pid})
+    base, extra = divmod(partitions, len(pids))
+    return base + (1 if pids.index(my_pid) < extra else 0)
+
+
+@dataclass
+class Rebalance:
+    gained: list[int] = field(default_factory=list)
+    released: list[int] = field(default_factory=list)
+
+
+class PostgresCoordinator:
+    def __init__(self, *, partitions: int, instance_id: int) -> None:
+        self.partitions = partitions
+        self.instance_id = instance_id
+        self.owned: set[int] = set()
+        self.clock = ClockOffset()
+        self._conn: psycopg.Connection | None = None
+        self._pid = 0
+        self._watcher: PeerWatcher | None = None
+
+    # -- session ----------------------------------------------------------------------
+    def connect(self) -> None:
+        params = connection.get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        self._conn = psycopg.connect(**params, autocommit=True)
+        self._conn.execute(f"LISTEN {sql.NOTIFY_CHANNEL}")
+        self._conn.execute(
+            sql.LOCK_DISPATCHER,
+            {
+                "dispatcher_class": sql.DISPATCHER_LOCK_CLASS,
+                "dispatcher_id": self.instance_id % 2**31,
+            },
+        )
+        self._pid = self._conn.info.backend_pid
+        self.owned = set()
+        self.clock.reset()
+        self._watcher = PeerWatcher(params, self.instance_id % 2**31)
+        self._watcher.start()
+        # Tell the others a peer joined, so they hand over its share now.
+        self._conn.execute("SELECT pg_notify(%s, %s)", [sql.NOTIFY_CHANNEL, REBALANCE])
+
+    def close(self) -> None:
+        try:
+            if self._conn is not None:
+                self._conn.close()  # releases every advisory lock at once: first
+        finally:
+            self._conn = None
+            self.owned = set()
+            if self._watcher is not None:
+                self._watcher.stop()
+                self._watcher = None
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and not self._conn.closed
+
+    # -- partitions -------------------------------------------------------------------
+    def rebalance(self) -> Rebalance:
+        """One round: measure the clock, then take free partitions up to our share or
+        release the ones above it."""
+        assert self._conn is not None
+        before = time.time() * 1000
+        row = self._conn.execute(
+            sql.LIVE_DISPATCHERS_AND_HELD_PARTITIONS,
+            {
+                "dispatcher_class": sql.DISPATCHER_LOCK_CLASS,
+                "partition_class": sql.PARTITION_LOCK_CLASS,
+            },
+        ).fetchone()
+        after = time.time() * 1000
+        live_pids, held, db_ms = row
+        self.clock.observe(before, after, float(db_ms))
+        target = partition_targets(self.partitions, list(live_pids or []), self._pid)
+        log.debug(
+            "rebalance: live=%s me=%s target=%s owned=%s",
+            live_pids,
+            self._pid,
+            target,
+            sorted(self.owned),
+        )
+        change = Rebalance()
+        if len(self.owned) > target:
+            change.released = sorted(self.owned)[target:]
+            self._conn.execute(
+                sql.UNLOCK_PARTITIONS,
+                {"partition_class": sql.PARTITION_LOCK_CLASS, "partitions": change.released},
+            )
+            self.owned -= set(change.released)
+        elif len(self.owned) < target:
+            free = [p for p in range(self.partitions) if p not in set(held or [])]
+            # Peers read the same free list at the same moment: start at our own place in
+            # it, and go on past the ones a peer won (each miss would cost a round).
+            pids = sorted(set(live_pids or []) | {self._pid})
+            start = len(free) * pids.index(self._pid) // len(pids)
+            change.gained = self.take(free[start:] + free[:start], target - len(self.owned))
+        return change
+
+    def take(self, candidates: list[int], count: int) -> list[int]:
+        """Lock up to `count` of the candidate partitions, trying them in order."""
+        assert self._conn is not None
+        gained: list[int] = []
+        for partition in candidates:
+            if len(gained) >= count:
+                break
+            (won,) = self._conn.execute(
+                sql.TRY_LOCK_PARTITION,
+                {"partition_class": sql.PARTITION_LOCK_CLASS, "partition": partition},
+            ).fetchone()
+            if won:
+                gained.append(partition)
+        self.owned |= set(gained)
+        return gained
+
+    # -- wake-ups ---------------------------------------------------------------------
+    def wait(self, timeout: float) -> list[str]:
+        """Block up to `timeout` s for notifications; return their payloads."""
+        assert self._conn is not None
+        payloads = [n.payload for n in self._conn.notifies(timeout=max(timeout, 0.0), stop_after=1)]
+        if payloads:  # drain whatever else is already there
+            payloads += [n.payload for n in self._conn.notifies(timeout=0.0)]
+        return payloads
+
+
+class LocalCoordinator:
+    """Without PostgreSQL (embedded SQLite): one instance owns every partition and finds
+    new work by short polls."""
+
+    def __init__(self, *, partitions: int, instance_id: int) -> None:
+        self.partitions = partitions
+        self.owned: set[int] = set()
+        self.clock = ClockOffset()  # SQLite: the clock is ours
+        self.connected = False
+
+    def connect(self) -> None:
+        self.owned = set()
+        self.connected = True
+
+    def close(self) -> None:
+        self.connected = False
+        self.owned = set()
+
+    def rebalance(self) -> Rebalance:
+        if self.owned:
+            return Rebalance()
+        self.owned = set(range(self.partitions))
+        return Rebalance(gained=sorted(self.owned))
+
+    def wait(self, timeout: float) -> list[str]:
+        time.sleep(max(timeout, 0.0))
+        return []

@@ -1,0 +1,422 @@
+"""The dispatcher: poll ahead, hold due jobs in a timing wheel, claim them at run time in
+one statement, publish the claimed ids to Celery.
+
+`step()` is one turn of the loop; `run()` repeats it until SIGTERM/SIGINT. Tests drive
+`step()` directly, production runs `run()` (`manage.py dispatcher`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import os
+import signal
+import socket
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, connection
+from django.db.models import F
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from tasksapp.engine import sql
+from tasksapp.engine.dispatcher.coordination import REBALANCE, LocalCoordinator, PostgresCoordinator
+from tasksapp.engine.dispatcher.wheel import TimingWheel
+from tasksapp.engine.models import Dispatcher, DispatcherCounter
+from tasksapp.engine.runtime import freeze_startup_heap
+from tasksapp.engine.sessions import use_engine_sessions
+from tasksapp.engine.transitions import Claim, job_claim_due, job_poll_due, job_reap_expired
+
+log = logging.getLogger(__name__)
+
+COUNTER_FIELDS = (
+    "polls",
+    "rows_fetched",
+    "claims",
+    "claims_lost",
+    "single_reads",
+    "reaped",
+    "messages",
+    "notifications",
+    "statements",
+)
+HEARTBEAT_SECONDS = 10.0
+MAX_WAIT_SECONDS = 0.1  # wake up this often to notice signals (no query is made)
+BACKPRESSURE_RETRY_MS = 10
+
+
+class CeleryPublisher:
+    """Sends claimed batches to the workers' queue and reports its backlog."""
+
+    def __init__(self) -> None:
+        from schedapp.celery import app
+
+        self.app = app
+        self.queue = settings.TEMPO["QUEUE"]
+
+    def __call__(self, batches: list[list[list[int]]]) -> None:
+        from celery.utils import uuid
+
+        from tasksapp.engine.worker.tasks import RUN_JOBS
+
+        # Straight to the queue (anonymous exchange): no exchange binding in the broker is
+        # needed, so a broker that lost its keys (FLUSHALL, restart) still gets messages.
+        with self.app.producer_or_acquire() as producer:
+            for batch in batches:
+                message = self.app.amqp.create_task_message(uuid(), RUN_JOBS, [batch], {})
+                producer.publish(
+                    message.body,
+                    exchange="",
+                    routing_key=self.queue,
+                    serializer="json",
+                    headers=message.headers,
+                    **message.properties,
+                )
+
+    def warm_up(self) -> None:
+        from tasksapp.engine.worker.tasks import RUN_JOBS  # noqa: F401  (imported once, here)
+
+        self.backlog()
+        with self.app.producer_or_acquire():
+            pass
+
+    def backlog(self) -> int | None:
+        """Messages waiting in the queue, or None if the broker cannot tell."""
+        try:
+            with self.app.pool.acquire(block=True) as conn:
+                return conn.default_channel.queue_declare(self.queue, passive=True).message_count
+        except Exception:  # an unknown queue (nothing sent yet) or a broker hiccup
+            return None
+
+
+def split_batches(
+    claims: Sequence[Claim], *, fanout: int, max_batch: int, parallelism: int = 1
+) -> list[list[list[int]]]:
+    """Cut claimed jobs into messages. Few claims: messages of `parallelism` jobs (one
+    each by default), so idle workers run them side by side. Many: up to `max_batch` per
+    message, so the broker is not the bottleneck."""
+    if not claims:
+        return []
+    size = max(min(len(claims), parallelism), math.ceil(len(claims) / fanout))
+    size = max(1, min(max_batch, size))
+    rows = [[c.id, c.token, c.run_at_ms] for c in sorted(claims, key=lambda c: c.run_at_ms)]
+    return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+
+class DispatcherLoop:
+    def __init__(self, *, name: str | None = None, publisher=None) -> None:
+        cfg = settings.TEMPO
+        self.cfg = cfg
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.partitions = cfg["PARTITIONS"]
+        # Claim this much before run_at so the message is at a worker when the time comes;
+        # the worker waits, and the start is guarded by run_at <= the database clock.
+        self.lead_ms = int(cfg["DISPATCH_LEAD_MS"])
+        self.publisher = publisher or CeleryPublisher()
+        self.ready: dict[int, int] = {}  # due, not yet claimed (held back by backpressure)
+        self.uses_notify = connection.vendor == "postgresql"
+        if self.uses_notify and cfg["LOOKAHEAD_SECONDS"] > sql.NOTIFY_WINDOW_SECONDS:
+            raise ValueError(
+                "TEMPO_LOOKAHEAD_SECONDS must not exceed the notify window "
+                f"({sql.NOTIFY_WINDOW_SECONDS} s)"
+            )
+        self.wheel = TimingWheel(start_ms=int(time.time() * 1000))
+        self.counters: Counter[str] = Counter()
+        self.stopping = False
+        self.coordinator: PostgresCoordinator | LocalCoordinator | None = None
+        self.record: Dispatcher | None = None
+        self.redis_mode = self._redis_mode(cfg["DISPATCH_MODE"])
+        self._reset_schedule()
+
+    def _redis_mode(self, mode: str):
+        if mode not in ("database", "redis"):
+            raise ValueError(f"TEMPO_DISPATCH_MODE must be database or redis, not {mode!r}")
+        if mode == "database":
+            return None
+        if not self.uses_notify:
+            raise ValueError("TEMPO_DISPATCH_MODE=redis needs PostgreSQL (LISTEN/NOTIFY)")
+        from tasksapp.engine.dispatcher.redis_mode import RedisMode
+
+        return RedisMode(self)
+
+    def _reset_schedule(self) -> None:
+        self.horizon_ms = -math.inf  # every pending owned job due before this is held
+        self.cursor: tuple[dt.datetime, int] | None = None  # keyset of a paged poll
+        self.next_poll = 0.0
+        self.next_coordination = 0.0
+        self.next_heartbeat = 0.0
+        self.next_reap: float | None = 0.0
+
+    # -- life cycle -------------------------------------------------------------------
+    def start(self) -> None:
+        use_engine_sessions()
+        self.record, _ = Dispatcher.objects.update_or_create(
+            name=self.name,
+            defaults={
+                "hostname": socket.gethostname(),
+                "pid": os.getpid(),
+                "started_at": timezone.now(),
+                "stopped_at": None,
+                "partitions": [],
+                # Redis mode starts on polling while it checks (or builds) the index.
+                "dispatch_mode": "database" if self.redis_mode is None else "redis-fallback",
+            },
+        )
+        kind = PostgresCoordinator if self.uses_notify else LocalCoordinator
+        self.coordinator = kind(partitions=self.partitions, instance_id=self.record.id)
+        self.coordinator.connect()
+        self._warm_up()
+        freeze_startup_heap()
+        log.info("dispatcher %s started (%s partitions)", self.name, self.partitions)
+
+    def _warm_up(self) -> None:
+        """Open the broker connection and run the claim once for no job (id -1 never
+        exists) now, not on the first due job (together some 5-40 ms on a busy machine:
+        a late claim)."""
+        warm = getattr(self.publisher, "warm_up", None)
+        if warm:
+            warm()
+        job_claim_due(ids=[-1], owner=self.name, ttl=0)
+
+    def run(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        self.start()
+        while not self.stopping:
+            self.step()
+        self.stop()
+
+    def _on_signal(self, signum, frame) -> None:
+        log.info("dispatcher %s: signal %s, stopping", self.name, signum)
+        self.stopping = True
+
+    def stop(self) -> None:
+        """Hand back everything held: unclaimed timers are dropped (they stay `scheduled`
+        in the database), partition locks are released with the session."""
+        self.wheel = TimingWheel(start_ms=int(time.time() * 1000))
+        self.ready = {}
+        if self.coordinator is not None:
+            self.coordinator.close()
+        try:
+            self._flush_counters()
+            Dispatcher.objects.filter(name=self.name).update(stopped_at=Now(), partitions=[])
+        except DatabaseError:
+            log.exception("could not record the stop")
+        log.info("dispatcher %s stopped", self.name)
+
+    # -- one turn ---------------------------------------------------------------------
+    def now_ms(self) -> float:
+        return self.coordinator.clock.now_ms() if self.coordinator else time.time() * 1000
+
+    def step(self, *, wait: bool = True) -> None:
+        try:
+            self._ensure_connected()
+            if self.now_ms() >= self.next_coordination:
+                self._coordinate()
+            if self.redis_mode is not None:
+                self.redis_mode.step()
+            if self.now_ms() >= self.next_poll:
+                self._poll()
+            self._dispatch_due()
+            if self.next_reap is not None and self.now_ms() >= self.next_reap:
+                self._reap()
+            if self.now_ms() >= self.next_heartbeat:
+                self._heartbeat()
+            if wait and not self.stopping:
+                self._wait()
+        except (DatabaseError, InterfaceError, OSError, _psycopg_error()) as exc:
+            self._recover(exc)
+
+    def _ensure_connected(self) -> None:
+        assert self.coordinator is not None
+        if not self.coordinator.connected:
+            self.coordinator.connect()
+            self._reset_schedule()
+
+    def _recover(self, exc: BaseException) -> None:
+        """Database trouble: drop the session (and with it our partitions), forget what we
+        hold, and start over on the next turn. Nothing is lost: it is all in the DB."""
+        log.warning("dispatcher %s: database error, reconnecting: %s", self.name, exc)
+        if self.coordinator is not None:
+            try:
+                self.coordinator.close()
+            except Exception:
+                log.debug("closing the coordination session failed", exc_info=True)
+        connection.close()
+        self.wheel = TimingWheel(start_ms=int(time.time() * 1000))
+        self.ready = {}
+        if self.redis_mode is not None:
+            self.redis_mode.reset()
+        time.sleep(1.0)
+
+    def _coordinate(self) -> None:
+        assert self.coordinator is not None
+        change = self.coordinator.rebalance()
+        if change.released:
+            self.drop_held(set(change.released))
+            if self.redis_mode is not None:
+                self.redis_mode.released(change.released)
+        if change.gained:
+            log.info("dispatcher %s: took partitions %s", self.name, change.gained)
+            self.horizon_ms, self.cursor, self.next_poll = -math.inf, None, 0.0
+            self.next_reap = 0.0  # orphans of a dead owner
+            if self.redis_mode is not None:
+                self.redis_mode.gained(change.gained)
+        self.next_coordination = self.now_ms() + self.cfg["COORDINATION_SECONDS"] * 1000
+
+    def drop_held(self, partitions: set[int]) -> None:
+        """Forget the timers of these partitions (released, or served by the index)."""
+        self.wheel.remove_where(lambda key: key % self.partitions in partitions)
+        self.ready = {k: v for k, v in self.ready.items() if k % self.partitions not in partitions}
+
+    def _poll(self) -> None:
+        owned = self._owned()
+        if self.redis_mode is not None:
+            owned = self.redis_mode.polled(owned)
+        if not owned:
+            self.next_poll = self.now_ms() + self.cfg["POLL_INTERVAL_SECONDS"] * 1000
+            return
+        limit = self.cfg["POLL_LIMIT"]
+        now = self.now_ms()
+        rows = job_poll_due(
+            lookahead=self.cfg["LOOKAHEAD_SECONDS"],
+            partitions=self.partitions,
+            owned=owned,
+            limit=limit,
+            after=self.cursor,
+        )
+        self.counters.update(polls=1, statements=1, rows_fetched=len(rows))
+        self._flush_counters()  # scored events are written at once: a SIGKILL loses none
+        for row in rows:
+            self.wheel.add(row.id, row.run_at_ms - self.lead_ms)
+        if len(rows) >= limit:  # more to page through: continue right after the last row
+            self.cursor = (rows[-1].run_at, rows[-1].id)
+            self.horizon_ms = rows[-1].run_at_ms
+            self.next_poll = now if len(self.wheel) < 4 * limit else now + 1000
+            return
+        self.cursor = None
+        self.horizon_ms = now + self.cfg["LOOKAHEAD_SECONDS"] * 1000
+        interval = self.cfg[
+            "POLL_INTERVAL_SECONDS" if self.uses_notify else "FALLBACK_POLL_SECONDS"
+        ]
+        self.next_poll = now + interval * 1000
+
+    def _dispatch_due(self) -> None:
+        for job_id in self.wheel.pop_due(int(self.now_ms())):
+            self.ready[job_id] = 1
+        if not self.ready:
+            return
+        room = self._room()
+        if room <= 0:
+            return
+        due = list(self.ready)[:room]
+        for job_id in due:
+            del self.ready[job_id]
+        self.claim_and_publish(due)
+
+    def claim_and_publish(self, due: list[int]) -> None:
+        """Claim these ids (fenced: only rows still due are won) and publish the claims."""
+        claims = job_claim_due(ids=due, owner=self.name, ttl=self.cfg["CLAIM_TTL_SECONDS"])
+        self.counters.update(statements=1, claims=len(claims), claims_lost=len(due) - len(claims))
+        if len(claims) < len(due):
+            self._flush_counters()
+        batches = split_batches(
+            claims,
+            fanout=self.cfg["FANOUT"],
+            max_batch=self.cfg["MAX_BATCH"],
+            parallelism=self.cfg["BATCH_PARALLELISM"],
+        )
+        self.publisher(batches)
+        self.counters.update(messages=len(batches))
+        if claims:
+            check_at = self.now_ms() + self.cfg["CLAIM_TTL_SECONDS"] * 1000 + 500
+            self.next_reap = min(self.next_reap or math.inf, check_at)
+
+    def _room(self) -> int:
+        return self._room_for(len(self.ready))
+
+    def _room_for(self, wanted: int) -> int:
+        """How many due jobs may be claimed now. Claiming faster than the workers start
+        jobs would only let claims expire in the queue and be claimed again."""
+        backlog_of = getattr(self.publisher, "backlog", None)
+        backlog = backlog_of() if backlog_of else None
+        if backlog is None:
+            return wanted
+        free_messages = self.cfg["MAX_QUEUED_MESSAGES"] - backlog
+        return min(wanted, max(0, free_messages) * self.cfg["MAX_BATCH"])
+
+    def _reap(self) -> None:
+        reaped, next_expiry_ms = job_reap_expired(partitions=self.partitions, owned=self._owned())
+        self.counters.update(statements=1, reaped=reaped)
+        if reaped:
+            log.info("dispatcher %s: returned %s jobs with expired leases", self.name, reaped)
+        self.next_reap = None if next_expiry_ms is None else next_expiry_ms + 200
+
+    def _heartbeat(self) -> None:
+        offset = self.coordinator.clock.offset_ms if self.coordinator else 0.0
+        Dispatcher.objects.filter(name=self.name).update(
+            heartbeat_at=Now(), partitions=sorted(self._owned()), clock_offset_ms=offset
+        )
+        self._flush_counters()
+        self.next_heartbeat = self.now_ms() + HEARTBEAT_SECONDS * 1000
+
+    def _flush_counters(self) -> None:
+        counts = {k: v for k, v in self.counters.items() if v}
+        if not counts:
+            return
+        minute = timezone.now().replace(second=0, microsecond=0)
+        row = DispatcherCounter.objects.filter(dispatcher=self.name, minute=minute)
+        if not row.update(**{k: F(k) + v for k, v in counts.items()}):
+            DispatcherCounter.objects.create(dispatcher=self.name, minute=minute, **counts)
+        self.counters.clear()
+
+    def _wait(self) -> None:
+        assert self.coordinator is not None
+        deadlines = [self.next_coordination, self.next_poll, self.next_heartbeat]
+        if self.next_reap is not None:
+            deadlines.append(self.next_reap)
+        wheel_next = self.wheel.next_expiration()
+        if wheel_next is not None:
+            deadlines.append(wheel_next)
+        if self.ready:  # held back: look at the queue again shortly
+            deadlines.append(self.now_ms() + BACKPRESSURE_RETRY_MS)
+        if self.redis_mode is not None:
+            deadlines.append(self.redis_mode.next_deadline())
+        timeout = min(MAX_WAIT_SECONDS, (min(deadlines) - self.now_ms()) / 1000)
+        if timeout <= 0:
+            return
+        for payload in self.coordinator.wait(timeout):
+            self._on_notification(payload)
+
+    def _on_notification(self, payload: str) -> None:
+        self.counters.update(notifications=1)
+        if payload == REBALANCE:  # a peer came or went: look at the partitions now
+            self.next_coordination = 0.0
+            return
+        head, _, tail = payload.partition(":")
+        job_id = int(head)
+        if job_id % self.partitions not in self._owned_set():
+            return
+        if self.redis_mode is not None and self.redis_mode.on_notification(job_id, tail):
+            return  # indexed in Redis
+        if tail == "x":
+            self.wheel.remove(job_id)
+            self.ready.pop(job_id, None)
+        elif int(tail) < self.horizon_ms:
+            self.wheel.add(job_id, int(tail) - self.lead_ms)
+
+    def _owned_set(self) -> set[int]:
+        return self.coordinator.owned if self.coordinator else set()
+
+    def _owned(self) -> list[int]:
+        return sorted(self._owned_set())
+
+
+def _psycopg_error() -> type[Exception]:
+    import psycopg
+
+    return psycopg.Error

@@ -1,0 +1,366 @@
+"""The worker side: start a batch of claimed jobs, run their handlers, finish them.
+
+Delivery modes:
+- transactional: the handler runs inside the transaction that marks the job succeeded;
+  if the fenced success update finds the lease lost, everything rolls back.
+- at_least_once / at_most_once: the handler runs outside a transaction; successes are
+  recorded in one batched statement at the end of the batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from queue import Empty, SimpleQueue
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from tasksapp.engine import retry
+from tasksapp.engine.handlers import HandlerError, JobContext, resolve_handler
+from tasksapp.engine.models import Delivery, WorkerProcess
+from tasksapp.engine.sessions import flush_commits
+from tasksapp.engine.transitions import (
+    StartedJob,
+    database_time,
+    job_fail,
+    job_renew,
+    job_start,
+    job_succeed,
+)
+
+log = logging.getLogger(__name__)
+
+ERR_RESULT_JSON = "handler returned a result that is not JSON-serialisable: {reason}"
+ERR_TIME_LIMIT = "time limit of {limit:g} s exceeded ({elapsed:.1f} s)"
+
+
+class LeaseLost(Exception):
+    """The job's fencing token no longer matches: another process owns it now."""
+
+
+class TimeLimitExceeded(Exception):
+    pass
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class LeaseKeeper:
+    """One per process: renews the leases of running jobs and writes a heartbeat."""
+
+    def __init__(self) -> None:
+        self.ttl = settings.TEMPO["RUN_LEASE_SECONDS"]
+        self.name = worker_name()
+        self._held: dict[int, tuple[int, float | None]] = {}  # id -> (token, deadline)
+        self._lock = threading.Lock()
+        self._counts = {"succeeded": 0, "failed": 0}
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=5)
+
+    def hold(self, job: StartedJob) -> None:
+        deadline = time.monotonic() + job.time_limit if job.time_limit else None
+        with self._lock:
+            self._held[job.id] = (job.token, deadline)
+
+    def release(self, job_id: int, *, succeeded: bool) -> None:
+        with self._lock:
+            self._held.pop(job_id, None)
+            self._counts["succeeded" if succeeded else "failed"] += 1
+
+    def forget(self, job_ids: Sequence[int]) -> None:
+        with self._lock:
+            for job_id in job_ids:
+                self._held.pop(job_id, None)
+
+    def _loop(self) -> None:
+        try:
+            while not self._stopped.wait(self.ttl / 3):
+                try:
+                    self._renew_and_beat()
+                except Exception:  # database down: keep trying; leases may expire meanwhile
+                    log.exception("lease renewal failed")
+                    close_old_connections()
+                    connection.close()
+        finally:
+            connection.close()
+
+    def _renew_and_beat(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            # Past its time limit a job's lease is left to expire: the reaper takes it.
+            leases = [(i, t) for i, (t, d) in self._held.items() if d is None or d > now]
+            running, counts = len(self._held), dict(self._counts)
+            self._counts = {"succeeded": 0, "failed": 0}
+        job_renew(leases=leases, ttl=self.ttl)
+        updated = WorkerProcess.objects.filter(name=self.name).update(
+            heartbeat_at=timezone.now(),
+            running=running,
+            succeeded=F("succeeded") + counts["succeeded"],
+            failed=F("failed") + counts["failed"],
+        )
+        if not updated:
+            WorkerProcess.objects.create(
+                name=self.name,
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                running=running,
+                succeeded=counts["succeeded"],
+                failed=counts["failed"],
+            )
+
+
+_keeper: LeaseKeeper | None = None
+_keeper_lock = threading.Lock()
+
+
+def lease_keeper() -> LeaseKeeper:
+    global _keeper
+    with _keeper_lock:
+        if _keeper is None or _keeper.name != worker_name():  # new process after fork
+            _keeper = LeaseKeeper()
+        return _keeper
+
+
+def stop_lease_keeper() -> None:
+    global _keeper
+    with _keeper_lock:
+        if _keeper is not None:
+            _keeper.stop()
+            _keeper = None
+
+
+def execute_batch(claims: Sequence[Sequence[int | float]]) -> int:
+    """Run a batch of [job id, token, run_at in ms] sent by a dispatcher (the run_at
+    there is informational: the start returns each job's own); returns the number of
+    jobs started.
+
+    The jobs are started at once, usually some ms before their run time (the dispatcher
+    claims ahead to hide the broker hop), and each handler waits for its run_at by the
+    database clock as the start's answer bounds it: that round trip and its CPU, a burst
+    of workers at once, stay off the path between run_at and the handler."""
+    keeper = lease_keeper()
+    pairs = [(int(c[0]), int(c[1])) for c in claims]
+    started = _tighten_clock(job_start(claims=pairs, worker=keeper.name, ttl=keeper.ttl))
+    if any(job.delivery == Delivery.AT_MOST_ONCE for job in started):
+        flush_commits()  # the start must survive a database crash before the handler runs
+    for job in started:
+        keeper.hold(job)
+    try:
+        finished_ok: list[tuple[int, int, Any, float]] = []
+        for job, (status, outcome) in zip(started, _run_all(started), strict=True):
+            if status == "pending":
+                finished_ok.append(outcome)
+            else:
+                keeper.release(job.id, succeeded=status == "succeeded")
+        done = job_succeed(outcomes=finished_ok)
+        for job_id, *_ in finished_ok:
+            keeper.release(job_id, succeeded=job_id in done)
+    finally:
+        # An outcome that could not be recorded (the database went away): stop renewing
+        # the lease, so that it expires and the reaper returns the job.
+        keeper.forget([job.id for job in started])
+    return len(started)
+
+
+_handler_pool: ThreadPoolExecutor | None = None
+_handler_pool_lock = threading.Lock()
+
+
+def _run_all(jobs: list[StartedJob]) -> list[tuple[str, Any]]:
+    """Run a batch's handlers: one after another, or, with TEMPO_BATCH_PARALLELISM = N > 1,
+    N side by side: the calling thread and N - 1 pool threads shared by the whole process
+    (so a `-c 1` worker never runs more than N handlers at once). The calling thread takes
+    its share rather than waiting: one thread hand-off fewer between start and handler."""
+    parallelism = settings.TEMPO["BATCH_PARALLELISM"]
+    if parallelism <= 1 or len(jobs) <= 1:
+        return [_run_one(job) for job in jobs]
+    todo: SimpleQueue[tuple[int, StartedJob]] = SimpleQueue()
+    for index, job in enumerate(jobs):
+        todo.put((index, job))
+    results: list[tuple[str, Any]] = [("failed", None)] * len(jobs)
+
+    def drain(run) -> None:
+        while True:
+            try:
+                index, job = todo.get_nowait()
+            except Empty:
+                return
+            results[index] = run(job)
+
+    pool, helpers_wanted = _pool(parallelism), min(len(jobs), parallelism) - 1
+    helpers = [pool.submit(drain, _run_one_in_thread) for _ in range(helpers_wanted)]
+    try:
+        drain(_run_one)
+    finally:
+        for helper in helpers:
+            helper.result()
+    return results
+
+
+def _pool(parallelism: int) -> ThreadPoolExecutor:
+    global _handler_pool
+    with _handler_pool_lock:
+        if _handler_pool is None:
+            _handler_pool = ThreadPoolExecutor(parallelism - 1, thread_name_prefix="handler")
+        return _handler_pool
+
+
+def on_every_pool_thread(pool: ThreadPoolExecutor, action) -> None:
+    """Run `action` once on each of the pool's threads (a barrier keeps each to one)."""
+    threads = pool._max_workers
+    barrier = threading.Barrier(threads)
+
+    def once() -> None:
+        action()
+        barrier.wait(timeout=10)
+
+    for future in [pool.submit(once) for _ in range(threads)]:
+        future.result()
+
+
+NO_JOB = (-1, -1)  # (id, token) that matches no row: identity ids are positive
+
+
+def warm_up() -> None:
+    """Before the first job, on each thread that will run jobs: open the thread's database
+    connection and run the start and finish once for no job (id -1 never exists), so the
+    session has parsed and prepared them. A new session pays connecting and a few ms of
+    catalog reads the first time it touches a table: on a job's path, 10-20 ms of
+    lateness."""
+    job_start(claims=[NO_JOB], worker="", ttl=0)
+    job_succeed(outcomes=[(*NO_JOB, None, None)])
+
+
+def warm_handler_pool() -> None:
+    """Open each handler thread's database connection before the first burst needs it."""
+    parallelism = settings.TEMPO["BATCH_PARALLELISM"]
+    if parallelism > 1:
+        on_every_pool_thread(_pool(parallelism), warm_up)
+
+
+def stop_handler_pool() -> None:
+    global _handler_pool
+    with _handler_pool_lock:
+        if _handler_pool is not None:
+            on_every_pool_thread(_handler_pool, lambda: connection.close())
+            _handler_pool.shutdown(wait=True)
+            _handler_pool = None
+
+
+def _run_one_in_thread(job: StartedJob) -> tuple[str, Any]:
+    close_old_connections()  # each pool thread keeps its own healthy connection
+    return _run_one(job)
+
+
+LOOSE_BOUND_MS = 0.5  # a start answered slower than this bounds the database clock loosely
+CALM_BEFORE_S = 0.003  # how long before the first run time the bound is tightened
+
+
+def _tighten_clock(started: list[StartedJob]) -> list[StartedJob]:
+    """Each handler waits until the start's bound of the database clock reaches its run
+    time, so a loose bound makes it late by as much. A start answered slowly (in a burst,
+    several workers start at the same moment on the same CPUs) gets one more round trip,
+    3 ms before the first run time, when the machine is quiet again."""
+    if not started or started[0].clock.round_trip_ms <= LOOSE_BOUND_MS:
+        return started
+    first = min(job.begins_at for job in started)
+    if first - time.monotonic() < 2 * CALM_BEFORE_S:
+        return started
+    time.sleep(first - CALM_BEFORE_S - time.monotonic())
+    clock = started[0].clock.tighter(database_time())
+    return [dataclasses.replace(job, clock=clock) for job in started]
+
+
+def _begin(job: StartedJob) -> float:
+    """Wait until the job's run time by the database clock; return that clock's time now
+    (ms, a lower bound): when the handler began."""
+    delay = job.begins_at - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+    return job.clock.at_least_ms()
+
+
+def _context(job: StartedJob) -> JobContext:
+    return JobContext(
+        job_id=job.id,
+        payload=job.payload,
+        attempt=job.attempt,
+        idempotency_key=job.idempotency_key,
+        run_at=job.run_at,
+        delivery=job.delivery,
+        max_attempts=job.max_attempts,
+    )
+
+
+def _run_one(job: StartedJob) -> tuple[str, Any]:
+    """Run one job: ("succeeded"|"failed", None) when recorded, or ("pending", outcome)
+    for a success still to be recorded with the batch."""
+    began_ms = None
+    try:
+        handler = resolve_handler(job.handler)
+        began_ms = _begin(job)
+        if job.delivery == Delivery.TRANSACTIONAL:
+            _run_transactional(job, handler, began_ms)
+            return "succeeded", None
+        return "pending", (job.id, job.token, _call(job, handler), began_ms)
+    except LeaseLost:
+        log.warning("job %s: lease lost while running; its outcome is discarded", job.id)
+    except TimeLimitExceeded as exc:
+        _record_failure(job, str(exc), kind="time_limit", began_ms=began_ms)
+    except HandlerError as exc:
+        _record_failure(job, str(exc), kind="handler", began_ms=began_ms)
+    except Exception as exc:  # the handler's own failure
+        _record_failure(job, f"{type(exc).__name__}: {exc}", kind="exception", began_ms=began_ms)
+    return "failed", None
+
+
+def _call(job: StartedJob, handler) -> Any:
+    began = time.monotonic()
+    result = handler(_context(job))
+    elapsed = time.monotonic() - began
+    if job.time_limit and elapsed > job.time_limit:
+        raise TimeLimitExceeded(ERR_TIME_LIMIT.format(limit=job.time_limit, elapsed=elapsed))
+    try:
+        return json.loads(json.dumps(result, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(ERR_RESULT_JSON.format(reason=exc)) from exc
+
+
+def _run_transactional(job: StartedJob, handler, began_ms: float) -> None:
+    with transaction.atomic():
+        result = _call(job, handler)
+        if not job_succeed(outcomes=[(job.id, job.token, result, began_ms)]):
+            raise LeaseLost(job.id)
+
+
+def _record_failure(job: StartedJob, error: str, *, kind: str, began_ms: float | None) -> None:
+    decision = retry.decide(
+        job.retry_policy or retry.DEFAULT_POLICY, attempt=job.attempt, max_attempts=job.max_attempts
+    )
+    recorded = job_fail(
+        job_id=job.id,
+        token=job.token,
+        error=error,
+        kind=kind,
+        retry_in=decision.delay if decision.retry else None,
+        began_ms=began_ms,
+    )
+    if not recorded:
+        log.warning("job %s: failure not recorded, lease lost", job.id)

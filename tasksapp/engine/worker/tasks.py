@@ -1,0 +1,59 @@
+"""Celery tasks: thin adapters over services."""
+
+from celery import shared_task
+from celery.signals import worker_process_init, worker_ready
+from django.db import close_old_connections
+
+from tasksapp.engine.runtime import freeze_startup_heap
+from tasksapp.engine.sessions import use_engine_sessions
+from tasksapp.engine.worker.executor import (
+    execute_batch,
+    lease_keeper,
+    on_every_pool_thread,
+    warm_handler_pool,
+    warm_up,
+)
+
+RUN_JOBS = "tasksapp.run_jobs"
+
+
+# acks_late: a worker's prefetch window then counts running tasks, so it never holds a
+# message it cannot start while another worker is idle. Recovery does not depend on
+# redelivery (leases do); a redelivered message finds its job started and does nothing.
+@shared_task(
+    name=RUN_JOBS,
+    ignore_result=True,
+    acks_late=True,
+    Request="tasksapp.engine.worker.wakeup:WakingRequest",
+)
+def run_jobs(claims: list[list[int]]) -> int:
+    """Run a batch of claimed jobs: [[job id, fencing token, run_at ms], ...]."""
+    close_old_connections()  # drop a broken or too old connection, keep a healthy one
+    return execute_batch(claims)
+
+
+@worker_ready.connect
+def _prepare_worker(sender=None, **kwargs) -> None:
+    """Threads/solo pools run jobs in this process: heartbeat from the start."""
+    use_engine_sessions()
+    pool = getattr(sender, "pool", None)
+    if type(pool).__module__ == "celery.concurrency.prefork":
+        freeze_startup_heap()  # the parent receives, hands out and acknowledges messages
+        return  # each child prepares itself (worker_process_init)
+    lease_keeper()
+    warm_handler_pool()
+    executor = getattr(pool, "executor", None)  # the threads pool runs tasks on its threads
+    if executor is not None:
+        on_every_pool_thread(executor, warm_up)
+    else:
+        warm_up()
+    freeze_startup_heap()
+
+
+@worker_process_init.connect
+def _prepare_worker_child(**kwargs) -> None:
+    use_engine_sessions()
+    lease_keeper()
+    warm_handler_pool()
+    warm_up()
+    freeze_startup_heap()

@@ -1,0 +1,121 @@
+"""Scheduling a graph job: plan first, then store the parent job and its GraphRun in one
+transaction. No plan (or any bad input) raises GraphInputError and stores nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from tasksapp.engine.models import Delivery
+from tasksapp.engine.retry import RetryPolicyError, validate_policy
+from tasksapp.engine.services import job_schedule
+from tasksapp.graphs.models import GraphRun, Strategy
+from tasksapp.graphs.planner import PlanningError, graph_plan
+
+from .common import START_HANDLER, GraphInputError
+
+ERR_HAS = "has must be an object of the job's initial values by proposition name."
+ERR_HAS_JSON = "has must be JSON-serialisable: {reason}"
+ERR_WANTS = "wants must be a non-empty list of proposition names."
+ERR_STRATEGY = "strategy must be one of: {choices}."
+ERR_BOUND = "{field} must be an integer between {low} and {high}."
+ERR_KEY_TAKEN = "idempotency key {key!r} belongs to a job that is not a graph job."
+
+START_ATTEMPTS = 5
+START_POLICY = {"delays": [0.5, 1.0, 2.0, 5.0]}
+
+
+def _validated_has(has: Any) -> dict[str, Any]:
+    if not isinstance(has, Mapping) or not all(isinstance(key, str) for key in has):
+        raise GraphInputError(ERR_HAS)
+    try:
+        return json.loads(json.dumps(dict(has), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise GraphInputError(ERR_HAS_JSON.format(reason=exc)) from exc
+
+
+def _validated_wants(wants: Any) -> list[str]:
+    if isinstance(wants, str | bytes) or not isinstance(wants, Iterable):
+        raise GraphInputError(ERR_WANTS)
+    names = sorted(set(wants))
+    if not names or not all(isinstance(name, str) and name for name in names):
+        raise GraphInputError(ERR_WANTS)
+    return names
+
+
+def _bounded(value: Any, *, field: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise GraphInputError(ERR_BOUND.format(field=field, low=low, high=high))
+    return value
+
+
+def _validated_options(strategy: Any, task_retry_policy: Any) -> dict[str, Any]:
+    if strategy not in Strategy.values:
+        raise GraphInputError(ERR_STRATEGY.format(choices=", ".join(Strategy.values)))
+    try:
+        return validate_policy(task_retry_policy)
+    except RetryPolicyError as exc:
+        raise GraphInputError(str(exc)) from exc
+
+
+def _planned(has: dict[str, Any], wants: list[str]) -> dict[str, Any]:
+    try:
+        return graph_plan(has=has, wants=wants).as_dict()
+    except PlanningError as exc:
+        raise GraphInputError(str(exc), goals=exc.goals, missing=exc.missing) from exc
+
+
+def graph_job_schedule(
+    *,
+    has: Mapping[str, Any],
+    wants: Iterable[str],
+    strategy: str = Strategy.ABORT,
+    run_at: dt.datetime | None = None,
+    idempotency_key: str | None = None,
+    max_restarts: int = 2,
+    task_retry_policy: dict | None = None,
+    max_task_attempts: int = 3,
+) -> GraphRun:
+    """Plan "has → wants" with the registered graph tasks and store a graph job that
+    starts at ``run_at`` (default now). The same idempotency key again returns the
+    existing GraphRun unchanged.
+
+    ``strategy`` decides what a failed task leads to: ``abort``; ``rerun`` (rescue hook,
+    then retry the task after ``task_retry_policy`` delays, at most ``max_task_attempts``
+    runs, then abort); ``restart`` (at most ``max_restarts`` times, then abort);
+    ``rollback``.
+    """
+    has, wants = _validated_has(has), _validated_wants(wants)
+    policy = _validated_options(strategy, task_retry_policy)
+    max_restarts = _bounded(max_restarts, field="max_restarts", low=0, high=100)
+    max_task_attempts = _bounded(max_task_attempts, field="max_task_attempts", low=1, high=100)
+    plan = _planned(has, wants)
+    with transaction.atomic():
+        job = job_schedule(
+            handler=START_HANDLER,
+            run_at=timezone.now() if run_at is None else run_at,
+            idempotency_key=idempotency_key,
+            max_attempts=START_ATTEMPTS,
+            retry_policy=START_POLICY,
+            delivery=Delivery.TRANSACTIONAL,
+        )
+        existing = GraphRun.objects.filter(job=job).first()
+        if existing is not None:
+            return existing
+        if job.handler != START_HANDLER:
+            raise GraphInputError(ERR_KEY_TAKEN.format(key=idempotency_key))
+        return GraphRun.objects.create(
+            job=job,
+            has=has,
+            wants=wants,
+            strategy=strategy,
+            plan=plan,
+            max_restarts=max_restarts,
+            max_task_attempts=max_task_attempts,
+            task_retry_policy=policy,
+        )

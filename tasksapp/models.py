@@ -1,0 +1,33 @@
+"""The app's models, gathered from its feature packages (Django looks for them here).
+Tables keep the `tasksapp_` prefix: the app label is `tasksapp`."""
+
+from tasksapp.engine.models import (
+    Delivery,
+    Dispatcher,
+    DispatcherCounter,
+    Job,
+    JobState,
+    WorkerProcess,
+)
+from tasksapp.graphs.models import GraphRun, GraphState, Strategy, TaskRun, TaskState
+from tasksapp.recurring.models import FreeOrdinal, Member, RecurringTask, SlicePlan
+from tasksapp.web.models import OperatorAction
+
+__all__ = [
+    "Delivery",
+    "Dispatcher",
+    "DispatcherCounter",
+    "FreeOrdinal",
+    "GraphRun",
+    "GraphState",
+    "Job",
+    "JobState",
+    "Member",
+    "OperatorAction",
+    "RecurringTask",
+    "SlicePlan",
+    "Strategy",
+    "TaskRun",
+    "TaskState",
+    "WorkerProcess",
+]

@@ -1,0 +1,16 @@
+"""The demo's recurring work (`manage.py demo_members`)."""
+
+from __future__ import annotations
+
+import logging
+
+from tasksapp.engine.handlers import JobContext
+
+log = logging.getLogger(__name__)
+
+
+def sync_member(ctx: JobContext) -> dict:
+    """Stands in for syncing one member's profile with an outside backend."""
+    member_id = ctx.payload.get("member_id")
+    log.info("demo sync: member %s, occurrence %s", member_id, ctx.payload.get("occurrence"))
+    return {"member_id": member_id, "occurrence": ctx.payload.get("occurrence")}

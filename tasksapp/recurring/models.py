@@ -1,0 +1,137 @@
+"""Probabilistic planning (seed 000): members, recurring tasks and planned slices.
+
+A member's `phase` in [0, 1) is given once, at creation. A recurring task with period T,
+epoch E and S slices runs occurrence k for the member at E + (k + phase) × T; the planner
+turns slice s of period k (the members with s/S ≤ phase < (s+1)/S) into jobs, once.
+"""
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from tasksapp.engine.models import Delivery
+from tasksapp.recurring.schedule import phase_offset, slice_bounds
+
+
+class Member(models.Model):
+    """Someone work is done for: a user of the product (operators are Django auth users)."""
+
+    external_id = models.CharField(max_length=200, unique=True, help_text="Id in the product.")
+    ordinal = models.BigIntegerField(
+        unique=True, help_text="Index into the phase sequence; a deleted member's is reused."
+    )
+    phase = models.FloatField(help_text="Where in every period this member runs, in [0, 1).")
+    active = models.BooleanField(default=True, help_text="Inactive members are not planned.")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [
+            # Serves slice planning: the active members of one phase range.
+            models.Index(fields=["phase"], name="member_active_phase_idx", condition=Q(active=True))
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(phase__gte=0) & Q(phase__lt=1), name="member_phase_in_0_1"
+            ),
+            models.CheckConstraint(condition=Q(ordinal__gte=0), name="member_ordinal_gte_0"),
+        ]
+
+    def __str__(self) -> str:
+        return self.external_id
+
+
+class FreeOrdinal(models.Model):
+    """An ordinal given back by a deleted member; the next member created takes the lowest
+    one, and with it the same golden-ratio phase."""
+
+    ordinal = models.BigIntegerField(primary_key=True)
+
+    def __str__(self) -> str:
+        return str(self.ordinal)
+
+
+class RecurringTask(models.Model):
+    """Work that runs for every active member once per period, spread by phase.
+
+    The schedule: period `first_period` starts at `epoch`, every period lasts `period` and
+    is planned in `slices` slices. A change of period or slices waits in the `next_*`
+    fields for period `next_from` to begin (see docs/PLANNING.md)."""
+
+    name = models.CharField(max_length=100, unique=True)
+    handler = models.CharField(max_length=200, help_text="Dotted path to a callable.")
+    payload = models.JSONField(default=dict, blank=True, help_text="Merged into every job's.")
+    max_attempts = models.PositiveIntegerField(default=5)
+    retry_policy = models.JSONField(default=dict, blank=True)
+    delivery = models.CharField(max_length=16, choices=Delivery, default=Delivery.TRANSACTIONAL)
+    time_limit = models.FloatField(null=True, blank=True, help_text="Seconds per attempt.")
+
+    epoch = models.DateTimeField(help_text="When period `first_period` starts.")
+    first_period = models.BigIntegerField(default=0)
+    period = models.DurationField()
+    slices = models.PositiveIntegerField(default=1)
+    next_from = models.BigIntegerField(null=True, blank=True)
+    next_period = models.DurationField(null=True, blank=True)
+    next_slices = models.PositiveIntegerField(null=True, blank=True)
+
+    active = models.BooleanField(default=True, help_text="Inactive tasks are not planned.")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(slices__gte=1), name="recurring_slices_gte_1"),
+            models.CheckConstraint(
+                condition=Q(
+                    next_from__isnull=True, next_period__isnull=True, next_slices__isnull=True
+                )
+                | Q(next_from__isnull=False, next_period__isnull=False, next_slices__isnull=False),
+                name="recurring_next_all_or_none",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class SlicePlan(models.Model):
+    """Slice `slice_index` of period `period` of a task, planned into jobs once.
+
+    It keeps the grid it was planned with, so a member created later can be added to it
+    even after the task's period or slice count changed."""
+
+    task = models.ForeignKey(RecurringTask, on_delete=models.CASCADE, related_name="slice_plans")
+    period = models.BigIntegerField()
+    slice_index = models.PositiveIntegerField()
+    slices = models.PositiveIntegerField()
+    period_start = models.DateTimeField()
+    period_length = models.DurationField()
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    jobs_planned = models.PositiveIntegerField(default=0)
+    missed = models.PositiveIntegerField(
+        default=0, help_text="Members whose time had passed beyond the grace when planned."
+    )
+    duration_ms = models.FloatField(default=0.0)
+    planned_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task", "period", "slice_index"], name="slice_plan_unique"
+            )
+        ]
+        indexes = [models.Index(fields=["ends_at"], name="slice_plan_ends_at_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}: period {self.period}, slice {self.slice_index}/{self.slices}"
+
+    @property
+    def phase_bounds(self) -> tuple[float, float]:
+        return slice_bounds(self.slice_index, self.slices)
+
+    def contains(self, phase: float) -> bool:
+        low, high = self.phase_bounds
+        return low <= phase < high
+
+    def occurrence(self, phase: float):
+        """When a member with `phase` runs in this slice's period."""
+        return self.period_start + phase_offset(phase, self.period_length)

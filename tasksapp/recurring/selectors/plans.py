@@ -1,0 +1,197 @@
+"""Reads for the dashboard's recurring-task pages: one period of a task drawn as its
+slices (planned or not, the current one, members per slice against the even share),
+the load of its planned jobs over the period, and a member's next runs.
+
+Costs: one grouped range scan of the members' partial index on `phase`, one of the jobs'
+`(handler, run_at)` index over the period, and the task's slice plans of the period.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from django.db import connection
+from django.db.models import Count, Max
+from django.utils import timezone
+
+from tasksapp.engine.models import Job
+from tasksapp.recurring.models import Member, RecurringTask, SlicePlan
+from tasksapp.recurring.schedule import Grid, slice_of
+from tasksapp.recurring.selectors.schedules import member_next_runs, recurring_task_schedule
+
+LOAD_BUCKETS = 96  # points on the load curve of one period
+NEXT_RUNS = 5
+
+SQL_MEMBERS_PER_SLICE = """
+SELECT least(floor(phase * %(slices)s)::int, %(slices)s - 1), count(*)
+FROM tasksapp_member WHERE active GROUP BY 1
+"""
+SQL_JOB_LOAD = """
+SELECT least(floor(extract(epoch FROM run_at - %(start)s) / %(width)s)::int, %(buckets)s - 1),
+       count(*)
+FROM tasksapp_job
+WHERE handler = %(handler)s AND run_at >= %(start)s AND run_at < %(end)s
+GROUP BY 1
+"""
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    task: RecurringTask
+    planned_slices: int
+    last_planned: SlicePlan | None
+    current_period: int
+    pending_change: str
+
+
+def recurring_task_list(*, now: dt.datetime | None = None) -> list[TaskRow]:
+    """Every recurring task with its latest planned slice and a waiting change, if any."""
+    now = now or timezone.now()
+    tasks = list(RecurringTask.objects.order_by("name"))
+    counts = dict(
+        SlicePlan.objects.values_list("task")
+        .annotate(n=Count("id"))
+        .order_by()
+        .values_list("task", "n")
+    )
+    rows = []
+    for task in tasks:
+        schedule = recurring_task_schedule(task=task)
+        last = SlicePlan.objects.filter(task=task).order_by("-period", "-slice_index").first()
+        change = ""
+        if schedule.pending is not None:
+            change = (
+                f"from period {schedule.pending.first}: {schedule.pending.period} "
+                f"in {schedule.pending.slices} slices"
+            )
+        grid = schedule.grid_at(now)
+        rows.append(TaskRow(task, counts.get(task.id, 0), last, grid.period_at(now), change))
+    return rows
+
+
+@dataclass
+class SliceView:
+    index: int
+    starts_at: dt.datetime
+    ends_at: dt.datetime
+    planned: bool
+    current: bool
+    members: int  # active members whose phase lies in the slice, now
+    expected: float  # the even share: active members / slices
+    jobs_planned: int | None = None
+    missed: int | None = None
+    planned_at: dt.datetime | None = None
+
+
+@dataclass
+class PlanView:
+    task: RecurringTask
+    period: int
+    grid: Grid
+    period_start: dt.datetime
+    period_end: dt.datetime
+    now: dt.datetime
+    slices: list[SliceView]
+    active_members: int
+    load_starts: list[dt.datetime] = field(default_factory=list)
+    load_counts: list[int] = field(default_factory=list)
+    current_slice: int | None = None
+    first_period: int = 0
+    last_planned_period: int | None = None
+
+    @property
+    def planned_count(self) -> int:
+        return sum(1 for s in self.slices if s.planned)
+
+    @property
+    def jobs_in_period(self) -> int:
+        return sum(self.load_counts)
+
+
+def recurring_task_plan(
+    *, task: RecurringTask, period: int | None = None, now: dt.datetime | None = None
+) -> PlanView:
+    """Period `period` (default: the one running now) of `task`, slice by slice."""
+    now = now or timezone.now()
+    schedule = recurring_task_schedule(task=task)
+    if period is None:
+        period = max(schedule.grid_at(now).period_at(now), schedule.current.first)
+    period = max(period, schedule.current.first)
+    grid = schedule.grid_for(period)
+    start, end = grid.period_start(period), grid.period_start(period + 1)
+    plans = {p.slice_index: p for p in SlicePlan.objects.filter(task=task, period=period)}
+    per_slice = _members_per_slice(grid.slices)
+    active = sum(per_slice.values())
+    current = slice_of((now - start) / grid.period, grid.slices) if start <= now < end else None
+    slices = []
+    for index in range(grid.slices):
+        low, high = grid.slice_window(period, index)
+        plan = plans.get(index)
+        slices.append(
+            SliceView(
+                index=index,
+                starts_at=low,
+                ends_at=high,
+                planned=plan is not None,
+                current=index == current,
+                members=per_slice.get(index, 0),
+                expected=active / grid.slices,
+                jobs_planned=plan.jobs_planned if plan else None,
+                missed=plan.missed if plan else None,
+                planned_at=plan.planned_at if plan else None,
+            )
+        )
+    view = PlanView(task, period, grid, start, end, now, slices, active, current_slice=current)
+    view.first_period = schedule.current.first
+    view.last_planned_period = SlicePlan.objects.filter(task=task).aggregate(p=Max("period"))["p"]
+    view.load_starts, view.load_counts = _job_load(task.handler, start, end)
+    return view
+
+
+def _members_per_slice(slices: int) -> dict[int, int]:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(SQL_MEMBERS_PER_SLICE, {"slices": slices})
+            return dict(cursor.fetchall())
+    counts: dict[int, int] = {}
+    for phase in Member.objects.filter(active=True).values_list("phase", flat=True):
+        index = slice_of(phase, slices)
+        counts[index] = counts.get(index, 0) + 1
+    return counts
+
+
+def _job_load(
+    handler: str, start: dt.datetime, end: dt.datetime
+) -> tuple[list[dt.datetime], list[int]]:
+    """Jobs of `handler` due in [start, end), in LOAD_BUCKETS equal parts of it."""
+    width = (end - start) / LOAD_BUCKETS
+    starts = [start + width * i for i in range(LOAD_BUCKETS)]
+    counts = [0] * LOAD_BUCKETS
+    if connection.vendor == "postgresql":
+        params = {
+            "handler": handler,
+            "start": start,
+            "end": end,
+            "width": width.total_seconds(),
+            "buckets": LOAD_BUCKETS,
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(SQL_JOB_LOAD, params)
+            for index, count in cursor.fetchall():
+                counts[index] = count
+        return starts, counts
+    jobs = Job.objects.filter(handler=handler, run_at__gte=start, run_at__lt=end)
+    for run_at in jobs.values_list("run_at", flat=True):
+        counts[min(int((run_at - start) / width), LOAD_BUCKETS - 1)] += 1
+    return starts, counts
+
+
+def member_runs_for_task(
+    *, task: RecurringTask, external_id: str, now: dt.datetime | None = None
+) -> tuple[Member | None, list[dt.datetime]]:
+    """The member with `external_id` and its next runs of `task` (empty if inactive)."""
+    member = Member.objects.filter(external_id=external_id).first()
+    if member is None:
+        return None, []
+    return member, member_next_runs(member=member, task=task, count=NEXT_RUNS, after=now)

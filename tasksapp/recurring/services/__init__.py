@@ -1,0 +1,38 @@
+"""Probabilistic planning (seed 000): members, recurring tasks, and the planner that turns
+one slice of one period into jobs at a time. Bad input raises PlanningInputError and
+stores nothing.
+
+Members and the planner never miss each other. Planning a slice locks its task's row
+FOR UPDATE until it commits; creating, deleting or (de)activating a member first locks
+every active task's row FOR SHARE, then reads the planned slices. So either the slice's
+insert sees the member, or the member sees the slice plan and plans (or cancels) its own
+jobs in it. Job idempotency keys (`plan:<task>:<period>:<member>`) make any overlap
+harmless.
+"""
+
+from .errors import PlanningInputError
+from .members import (
+    member_activate,
+    member_create,
+    member_create_many,
+    member_deactivate,
+    member_delete,
+)
+from .recurring_tasks import UNCHANGED, recurring_task_create, recurring_task_update
+from .slices import PlanningSummary, job_key_prefix, plan_due_slices, slice_plan
+
+__all__ = [
+    "UNCHANGED",
+    "PlanningInputError",
+    "PlanningSummary",
+    "job_key_prefix",
+    "member_activate",
+    "member_create",
+    "member_create_many",
+    "member_deactivate",
+    "member_delete",
+    "plan_due_slices",
+    "recurring_task_create",
+    "recurring_task_update",
+    "slice_plan",
+]

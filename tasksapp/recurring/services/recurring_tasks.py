@@ -1,0 +1,239 @@
+"""Recurring tasks: what runs for every member once per period, and how a change of
+period or slice count is scheduled so that no member runs twice or is skipped."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from tasksapp.engine.handlers import HandlerError, resolve_handler
+from tasksapp.engine.models import Delivery
+from tasksapp.engine.retry import RetryPolicyError, validate_policy, worst_case_seconds
+from tasksapp.engine.services import JobInputError, _validated_options, _validated_payload
+from tasksapp.recurring.models import RecurringTask, SlicePlan
+from tasksapp.recurring.schedule import Grid, Schedule
+from tasksapp.recurring.selectors.schedules import recurring_task_schedule, slice_plan_last_key
+
+from .errors import PlanningInputError
+
+ERR_NAME = "name must be a non-empty string of at most 100 characters."
+ERR_TASK_EXISTS = "a recurring task named {name!r} already exists."
+ERR_PAYLOAD_OBJECT = "payload must be a JSON object: it is merged into every job's payload."
+ERR_PERIOD = "period must be a timedelta between 1 minute and 366 days."
+ERR_SLICES = "slices must be an integer between 1 and 10000."
+ERR_SLICE_LENGTH = "a slice must last at least 1 minute: {period} in {slices} slices is {length}."
+ERR_EPOCH = "epoch must be a timezone-aware datetime."
+ERR_EPOCH_PLANNED = (
+    "epoch cannot change once a slice is planned: every member's time would move, so some "
+    "would run twice in a period and others not at all. Create a new task instead."
+)
+ERR_RETRY_WORST_CASE = (
+    "period ({period:g} s) must exceed the retry policy's worst case ({worst:g} s over "
+    "{attempts} attempts): an occurrence could still be retrying when the next one is due."
+)
+ERR_ACTIVE = "active must be true or false."
+
+MIN_PERIOD = dt.timedelta(minutes=1)
+MAX_PERIOD = dt.timedelta(days=366)
+MIN_SLICE = dt.timedelta(minutes=1)
+MAX_SLICES = 10_000
+
+
+class _Unchanged:
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED: Any = _Unchanged()
+
+
+def recurring_task_create(
+    *,
+    name: str,
+    handler: str,
+    period: dt.timedelta,
+    slices: int = 1,
+    epoch: dt.datetime | None = None,
+    payload: dict | None = None,
+    max_attempts: int = 5,
+    retry_policy: dict | None = None,
+    delivery: str = Delivery.TRANSACTIONAL,
+    time_limit: float | None = None,
+    active: bool = True,
+) -> RecurringTask:
+    """A task run once per `period` for every active member, at the member's phase,
+    planned in `slices` slices per period. Period 0 starts at `epoch` (default: today,
+    00:00 UTC)."""
+    if not isinstance(name, str) or not name.strip() or len(name) > 100:
+        raise PlanningInputError(ERR_NAME)
+    options = _validated_task_options(
+        handler=handler,
+        payload=payload,
+        max_attempts=max_attempts,
+        retry_policy=retry_policy,
+        delivery=delivery,
+        time_limit=time_limit,
+    )
+    epoch = _today() if epoch is None else _validated_epoch(epoch)
+    grid = Grid(epoch, 0, *_validated_grid(period, slices))
+    _check_retries_fit(Schedule(grid), options)
+    if not isinstance(active, bool):
+        raise PlanningInputError(ERR_ACTIVE)
+    try:
+        with transaction.atomic():
+            return RecurringTask.objects.create(
+                name=name,
+                epoch=epoch,
+                period=grid.period,
+                slices=grid.slices,
+                active=active,
+                **options,
+            )
+    except IntegrityError as exc:
+        raise PlanningInputError(ERR_TASK_EXISTS.format(name=name)) from exc
+
+
+def recurring_task_update(
+    *,
+    task: RecurringTask,
+    handler: str = UNCHANGED,
+    payload: dict = UNCHANGED,
+    max_attempts: int = UNCHANGED,
+    retry_policy: dict = UNCHANGED,
+    delivery: str = UNCHANGED,
+    time_limit: float | None = UNCHANGED,
+    period: dt.timedelta = UNCHANGED,
+    slices: int = UNCHANGED,
+    epoch: dt.datetime = UNCHANGED,
+    active: bool = UNCHANGED,
+    now: dt.datetime | None = None,
+) -> RecurringTask:
+    """Change a task. Job options apply to slices planned from now on. A new period or
+    slice count takes effect at the first period boundary that is in the future and
+    after every planned slice (docs/PLANNING.md); the epoch can change only while no
+    slice is planned."""
+    now = now or timezone.now()
+    given = dict(
+        handler=handler,
+        payload=payload,
+        max_attempts=max_attempts,
+        retry_policy=retry_policy,
+        delivery=delivery,
+        time_limit=time_limit,
+    )
+    with transaction.atomic():
+        task = RecurringTask.objects.select_for_update().get(pk=task.pk)
+        options = _validated_task_options(
+            **{
+                key: getattr(task, key) if value is UNCHANGED else value
+                for key, value in given.items()
+            }
+        )
+        schedule = recurring_task_schedule(task=task)
+        if epoch is not UNCHANGED:
+            schedule = _with_epoch(task, schedule, epoch)
+        if period is not UNCHANGED or slices is not UNCHANGED:
+            schedule = _with_grid(task, schedule, period=period, slices=slices, now=now)
+        _check_retries_fit(schedule, options)
+        if active is not UNCHANGED and not isinstance(active, bool):
+            raise PlanningInputError(ERR_ACTIVE)
+        _store(task, schedule, options, active=task.active if active is UNCHANGED else active)
+    return task
+
+
+def _validated_task_options(**options: Any) -> dict[str, Any]:
+    try:
+        resolve_handler(options["handler"])
+        policy = validate_policy(options["retry_policy"])
+        payload = _validated_payload(options["payload"])
+        _validated_options(
+            max_attempts=options["max_attempts"],
+            delivery=options["delivery"],
+            time_limit=options["time_limit"],
+            idempotency_key=None,
+        )
+    except (HandlerError, RetryPolicyError, JobInputError) as exc:
+        raise PlanningInputError(str(exc)) from exc
+    if not isinstance(payload, dict):
+        raise PlanningInputError(ERR_PAYLOAD_OBJECT)
+    return {**options, "payload": payload, "retry_policy": policy}
+
+
+def _validated_grid(period: Any, slices: Any) -> tuple[dt.timedelta, int]:
+    if not isinstance(period, dt.timedelta) or not MIN_PERIOD <= period <= MAX_PERIOD:
+        raise PlanningInputError(ERR_PERIOD)
+    if isinstance(slices, bool) or not isinstance(slices, int) or not 1 <= slices <= MAX_SLICES:
+        raise PlanningInputError(ERR_SLICES)
+    if period / slices < MIN_SLICE:
+        raise PlanningInputError(
+            ERR_SLICE_LENGTH.format(period=period, slices=slices, length=period / slices)
+        )
+    return period, slices
+
+
+def _validated_epoch(epoch: Any) -> dt.datetime:
+    if not isinstance(epoch, dt.datetime) or timezone.is_naive(epoch):
+        raise PlanningInputError(ERR_EPOCH)
+    return epoch
+
+
+def _today() -> dt.datetime:
+    return timezone.now().astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def _check_retries_fit(schedule: Schedule, options: dict[str, Any]) -> None:
+    attempts = options["max_attempts"]
+    worst = worst_case_seconds(options["retry_policy"], max_attempts=attempts)
+    worst += (options["time_limit"] or 0.0) * attempts
+    for grid in filter(None, (schedule.current, schedule.pending)):
+        if worst >= grid.period.total_seconds():
+            raise PlanningInputError(
+                ERR_RETRY_WORST_CASE.format(
+                    period=grid.period.total_seconds(), worst=worst, attempts=attempts
+                )
+            )
+
+
+def _with_epoch(task: RecurringTask, schedule: Schedule, epoch: Any) -> Schedule:
+    epoch = _validated_epoch(epoch)
+    if epoch == schedule.current.start:
+        return schedule
+    if SlicePlan.objects.filter(task=task).exists():
+        raise PlanningInputError(ERR_EPOCH_PLANNED)
+    current = schedule.current
+    return Schedule(Grid(epoch, current.first, current.period, current.slices), schedule.pending)
+
+
+def _with_grid(
+    task: RecurringTask, schedule: Schedule, *, period: Any, slices: Any, now: dt.datetime
+) -> Schedule:
+    latest = schedule.latest
+    period, slices = _validated_grid(
+        latest.period if period is UNCHANGED else period,
+        latest.slices if slices is UNCHANGED else slices,
+    )
+    if (period, slices) == (latest.period, latest.slices):
+        return schedule
+    last = slice_plan_last_key(task=task)
+    settled = schedule.settled(last=last, now=now)
+    if (period, slices) == (settled.current.period, settled.current.slices):
+        return settled
+    return settled.changed(
+        at=settled.change_period(last=last, now=now), period=period, slices=slices
+    )
+
+
+def _store(task: RecurringTask, schedule: Schedule, options: dict[str, Any], *, active: bool):
+    current, pending = schedule.current, schedule.pending
+    task.epoch, task.first_period = current.start, current.first
+    task.period, task.slices = current.period, current.slices
+    task.next_from = pending.first if pending else None
+    task.next_period = pending.period if pending else None
+    task.next_slices = pending.slices if pending else None
+    task.active = active
+    for key, value in options.items():
+        setattr(task, key, value)
+    task.save()

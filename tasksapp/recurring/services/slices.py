@@ -1,0 +1,210 @@
+"""The planner: one slice of one period of a recurring task into jobs, at a cost
+proportional to the slice (one set-based statement), and the run that plans every slice
+due (Celery beat)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
+
+from tasksapp.engine.models import Job
+from tasksapp.recurring import sql
+from tasksapp.recurring.models import Member, RecurringTask, SlicePlan
+from tasksapp.recurring.schedule import MICROSECOND, Grid
+from tasksapp.recurring.selectors.schedules import recurring_task_schedule, slice_plan_last_key
+
+from .errors import PlanningInputError
+
+log = logging.getLogger(__name__)
+
+ERR_PERIOD_BEFORE = "period {period} is before the task's schedule, which starts at period {first}."
+ERR_SLICE_INDEX = "slice_index must be between 0 and {last} for period {period}."
+
+
+def job_key_prefix(task_id: int, period: int) -> str:
+    """The idempotency key of a planned job is this prefix followed by the member's id."""
+    return f"plan:{task_id}:{period}:"
+
+
+def lock_active_tasks_shared() -> None:
+    """Members call this before they read planned slices (see the package docstring)."""
+    if connection.vendor == "postgresql":  # SQLite serialises writers by itself
+        with connection.cursor() as cursor:
+            cursor.execute(sql.LOCK_TASKS_SHARED)
+
+
+@dataclass
+class PlanningSummary:
+    """What one planner run did."""
+
+    slices: int = 0
+    jobs: int = 0
+    missed: int = 0
+    failed_tasks: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def slice_plan(
+    *, task: RecurringTask, period: int, slice_index: int, now: dt.datetime | None = None
+) -> SlicePlan:
+    """Plan slice `slice_index` of period `period` of `task` into jobs: one job for each
+    active member whose phase lies in the slice and whose time is not older than the
+    late grace (older ones are counted as missed). Done once: planning the same slice
+    again returns the first plan and changes nothing."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        task = RecurringTask.objects.select_for_update().get(pk=task.pk)
+        plan = SlicePlan.objects.filter(task=task, period=period, slice_index=slice_index).first()
+        if plan is not None:
+            return plan
+        grid = _grid_for_slice(task, period, slice_index)
+        starts_at, ends_at = grid.slice_window(period, slice_index)
+        plan = SlicePlan.objects.create(
+            task=task,
+            period=period,
+            slice_index=slice_index,
+            slices=grid.slices,
+            period_start=grid.period_start(period),
+            period_length=grid.period,
+            starts_at=starts_at,
+            ends_at=ends_at,
+        )
+        began = time.perf_counter()
+        grace = dt.timedelta(seconds=settings.TEMPO_PLANNING["LATE_GRACE_SECONDS"])
+        plan.jobs_planned, plan.missed = plan_members(plan, not_before=now - grace)
+        plan.duration_ms = (time.perf_counter() - began) * 1000
+        plan.save(update_fields=["jobs_planned", "missed", "duration_ms"])
+    return plan
+
+
+def plan_due_slices(*, now: dt.datetime | None = None) -> PlanningSummary:
+    """The planner run (Celery beat): for every active task, plan in order each slice
+    not planned yet that starts before now + horizon. Slices that ended longer than the
+    late grace ago (the planner was down) are skipped, never run in a burst. A failing
+    task is logged and retried on the next run; the others go on."""
+    now = now or timezone.now()
+    summary = PlanningSummary()
+    for task in RecurringTask.objects.filter(active=True).order_by("id"):
+        try:
+            _plan_task(task, now=now, summary=summary)
+        except (DatabaseError, PlanningInputError):
+            log.exception("planning task %s failed; the next run tries again", task.name)
+            summary.failed_tasks.append(task.name)
+    return summary
+
+
+def _plan_task(task: RecurringTask, *, now: dt.datetime, summary: PlanningSummary) -> None:
+    cfg = settings.TEMPO_PLANNING
+    schedule = recurring_task_schedule(task=task)
+    last = slice_plan_last_key(task=task)
+    not_before = now - dt.timedelta(seconds=cfg["LATE_GRACE_SECONDS"])
+    if last is not None and schedule.first_slice_ending_after(not_before) > schedule.next_slice(
+        last
+    ):
+        log.warning(
+            "task %s: slices after %s ended unplanned; their members missed a run",
+            task.name,
+            tuple(last),
+        )
+    until = now + dt.timedelta(seconds=cfg["HORIZON_SECONDS"])
+    for key in schedule.slices_to_plan(last=last, not_before=not_before, until=until):
+        plan = slice_plan(task=task, period=key.period, slice_index=key.index, now=now)
+        summary.slices += 1
+        summary.jobs += plan.jobs_planned
+        summary.missed += plan.missed
+
+
+def _grid_for_slice(task: RecurringTask, period: int, slice_index: int) -> Grid:
+    schedule = recurring_task_schedule(task=task)
+    if period < schedule.current.first:
+        raise PlanningInputError(
+            ERR_PERIOD_BEFORE.format(period=period, first=schedule.current.first)
+        )
+    grid = schedule.grid_for(period)
+    if isinstance(slice_index, bool) or not 0 <= slice_index < grid.slices:
+        raise PlanningInputError(ERR_SLICE_INDEX.format(last=grid.slices - 1, period=period))
+    return grid
+
+
+def plan_members(
+    plan: SlicePlan, *, not_before: dt.datetime, member_ids: Sequence[int] | None = None
+) -> tuple[int, int]:
+    """Insert the slice's jobs (only `member_ids`' if given): (planned, missed)."""
+    if connection.vendor != "postgresql":
+        return _plan_members_orm(plan, not_before=not_before, member_ids=member_ids)
+    task = plan.task
+    low, high = plan.phase_bounds
+    params = {
+        "period_start": plan.period_start,
+        "period_us": plan.period_length // MICROSECOND,
+        "phase_from": low,
+        "phase_to": high,
+        "member_ids": None if member_ids is None else list(member_ids),
+        "handler": task.handler,
+        "payload": json.dumps(task.payload),
+        "task_id": task.id,
+        "period": plan.period,
+        "max_attempts": task.max_attempts,
+        "retry_policy": json.dumps(task.retry_policy),
+        "delivery": task.delivery,
+        "time_limit": task.time_limit,
+        "key_prefix": job_key_prefix(task.id, plan.period),
+        "not_before": not_before,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql.PLAN_MEMBERS, params)
+        planned, missed = cursor.fetchone()
+    return int(planned), int(missed)
+
+
+def _plan_members_orm(
+    plan: SlicePlan, *, not_before: dt.datetime, member_ids: Sequence[int] | None
+) -> tuple[int, int]:
+    """The same as PLAN_MEMBERS through the ORM, for the embedded SQLite mode."""
+    task, prefix = plan.task, job_key_prefix(plan.task_id, plan.period)
+    low, high = plan.phase_bounds
+    members = Member.objects.filter(active=True, phase__gte=low, phase__lt=high)
+    if member_ids is not None:
+        members = members.filter(id__in=member_ids)
+    existing = set(
+        Job.objects.filter(idempotency_key__startswith=prefix).values_list(
+            "idempotency_key", flat=True
+        )
+    )
+    jobs, missed = [], 0
+    for member_id, phase in members.values_list("id", "phase").iterator():
+        run_at, key = plan.occurrence(phase), f"{prefix}{member_id}"
+        if run_at < not_before:
+            missed += 1
+        elif key not in existing:
+            payload = {
+                **task.payload,
+                "member_id": member_id,
+                "recurring_task_id": task.id,
+                "occurrence": plan.period,
+            }
+            jobs.append(
+                Job(
+                    handler=task.handler,
+                    payload=payload,
+                    run_at=run_at,
+                    max_attempts=task.max_attempts,
+                    retry_policy=task.retry_policy,
+                    delivery=task.delivery,
+                    time_limit=task.time_limit,
+                    idempotency_key=key,
+                )
+            )
+    Job.objects.bulk_create(jobs, batch_size=500)
+    return len(jobs), missed

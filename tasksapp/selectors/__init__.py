@@ -1,1 +1,0 @@
-"""Reads. Entry points (views, admin, API, commands) call these; they never write."""

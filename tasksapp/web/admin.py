@@ -1,0 +1,347 @@
+"""Django admin for developers: every model, machine-written data read-only, and every
+change that has a service made through it (admin actions and saves are adapters)."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.db import connection, transaction
+from django.urls import reverse
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+
+from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, WorkerProcess
+from tasksapp.engine.services import JobInputError
+from tasksapp.recurring.models import FreeOrdinal, Member, RecurringTask, SlicePlan
+from tasksapp.recurring.services import (
+    PlanningInputError,
+    member_create,
+    member_delete,
+    recurring_task_create,
+    recurring_task_update,
+)
+from tasksapp.web.models import OperatorAction
+from tasksapp.web.operators import (
+    PERM_OPERATE,
+    OperatorPermissionError,
+    job_cancel_audited,
+    job_retry_audited,
+    job_run_now_audited,
+    member_activate_audited,
+    member_deactivate_audited,
+    recurring_task_pause_audited,
+    recurring_task_resume_audited,
+)
+
+VIA = OperatorAction.Via.ADMIN
+PLANNER_ENTRY = "tempo: plan due slices"  # migration 0004's django-celery-beat entry
+
+
+class EstimatedCountPaginator(Paginator):
+    """The unfiltered jobs list shows the planner's row estimate instead of counting a
+    table of millions; filtered lists count exactly."""
+
+    @cached_property
+    def count(self) -> int:
+        query = getattr(self.object_list, "query", None)
+        if connection.vendor == "postgresql" and query is not None and not query.where:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                    [self.object_list.model._meta.db_table],
+                )
+                estimate = cursor.fetchone()[0]
+            if estimate and estimate > 10_000:
+                return estimate
+        return super().count
+
+
+class OperateMixin:
+    def has_operate_permission(self, request) -> bool:
+        return request.user.has_perm(PERM_OPERATE)
+
+    def _each(self, request, items, service, done: str, **ids) -> None:
+        ok = 0
+        for item in items:
+            try:
+                service(user=request.user, via=VIA, **{k: f(item) for k, f in ids.items()})
+                ok += 1
+            except (JobInputError, PlanningInputError, OperatorPermissionError) as exc:
+                self.message_user(request, str(exc), messages.WARNING)
+        if ok:
+            self.message_user(request, done.format(count=ok), messages.SUCCESS)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows written by the engine's processes: look, never touch."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Job)
+class JobAdmin(OperateMixin, admin.ModelAdmin):
+    list_display = [
+        "id",
+        "handler",
+        "state",
+        "run_at",
+        "started_at",
+        "finished_at",
+        "attempts",
+        "delivery",
+    ]
+    list_filter = ["state", "delivery"]
+    # Exact and prefix matches only: they use the indexes; a substring search would scan.
+    search_fields = ["=id", "=handler", "^idempotency_key"]
+    ordering = ["-id"]
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    actions = ["retry_jobs", "cancel_jobs", "run_jobs_now"]
+    # Written by the dispatcher and the workers, never by hand.
+    readonly_fields = [
+        "state",
+        "attempts",
+        "created_at",
+        "claimed_at",
+        "started_at",
+        "finished_at",
+        "lease_token",
+        "claimed_by",
+        "lease_expires_at",
+        "last_error",
+        "errors",
+        "result",
+    ]
+
+    @admin.action(description="Retry selected jobs now", permissions=["operate"])
+    def retry_jobs(self, request, queryset):
+        self._each(request, queryset, job_retry_audited, "{count} job(s) retried.", job_id=_pk)
+
+    @admin.action(description="Cancel selected jobs", permissions=["operate"])
+    def cancel_jobs(self, request, queryset):
+        self._each(request, queryset, job_cancel_audited, "{count} job(s) cancelled.", job_id=_pk)
+
+    @admin.action(description="Run selected jobs now", permissions=["operate"])
+    def run_jobs_now(self, request, queryset):
+        self._each(request, queryset, job_run_now_audited, "{count} job(s) due now.", job_id=_pk)
+
+
+def _pk(obj) -> int:
+    return obj.pk
+
+
+def _same(obj):
+    return obj
+
+
+class MemberForm(forms.ModelForm):
+    class Meta:
+        model = Member
+        fields = ["external_id"]
+
+
+@admin.register(Member)
+class MemberAdmin(OperateMixin, admin.ModelAdmin):
+    form = MemberForm
+    list_display = ["external_id", "ordinal", "phase", "active", "created_at"]
+    list_filter = ["active"]
+    search_fields = ["=external_id"]
+    ordering = ["ordinal"]
+    show_full_result_count = False
+    actions = ["deactivate_members", "activate_members"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # Phase and ordinal are given once, at creation; activity changes through actions.
+        fixed = ["ordinal", "phase", "active", "created_at"]
+        return ["external_id", *fixed] if obj else fixed
+
+    def save_model(self, request, obj, form, change):
+        if not change:  # the service gives the ordinal and phase, and plans open slices
+            created = member_create(external_id=form.cleaned_data["external_id"])
+            obj.pk, obj.ordinal, obj.phase = created.pk, created.ordinal, created.phase
+
+    def delete_model(self, request, obj):
+        member_delete(member=obj)  # cancels its waiting jobs and frees its ordinal
+
+    def delete_queryset(self, request, queryset):
+        for member in queryset:
+            member_delete(member=member)
+
+    @admin.action(description="Deactivate selected members", permissions=["operate"])
+    def deactivate_members(self, request, queryset):
+        done = "{count} member(s) deactivated."
+        self._each(request, queryset, member_deactivate_audited, done, member=_same)
+
+    @admin.action(description="Activate selected members", permissions=["operate"])
+    def activate_members(self, request, queryset):
+        done = "{count} member(s) activated."
+        self._each(request, queryset, member_activate_audited, done, member=_same)
+
+
+class _DryRun(Exception):
+    pass
+
+
+class RecurringTaskForm(forms.ModelForm):
+    """Saved through recurring_task_create / _update; `clean` runs the service once in a
+    transaction it rolls back, so the service's refusal shows as a form error."""
+
+    class Meta:
+        model = RecurringTask
+        fields = [
+            "name",
+            "handler",
+            "payload",
+            "max_attempts",
+            "retry_policy",
+            "delivery",
+            "time_limit",
+            "epoch",
+            "period",
+            "slices",
+            "active",
+        ]
+
+    def save_through_service(self) -> RecurringTask:
+        data = {k: v for k, v in self.cleaned_data.items() if k in self.Meta.fields}
+        if self.instance.pk is None:
+            return recurring_task_create(**data)
+        changed = {k: v for k, v in data.items() if k in self.changed_data}
+        changed.pop("name", None)  # the name is read-only once created
+        return recurring_task_update(task=self.instance, **changed)
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
+        try:
+            with transaction.atomic():
+                self.save_through_service()
+                raise _DryRun
+        except _DryRun:
+            pass
+        except PlanningInputError as exc:
+            raise ValidationError(str(exc)) from exc
+        return cleaned
+
+
+@admin.register(RecurringTask)
+class RecurringTaskAdmin(OperateMixin, admin.ModelAdmin):
+    form = RecurringTaskForm
+    list_display = ["name", "handler", "period", "slices", "active", "next_from", "dashboard"]
+    list_filter = ["active"]
+    search_fields = ["name", "handler"]
+    actions = ["pause_tasks", "resume_tasks"]
+
+    def get_readonly_fields(self, request, obj=None):
+        machine = ["first_period", "next_from", "next_period", "next_slices", "created_at"]
+        return ["name", *machine, "planner_schedule"] if obj else ["planner_schedule"]
+
+    def save_model(self, request, obj, form, change):
+        saved = form.save_through_service()
+        obj.pk = saved.pk
+        obj.refresh_from_db()
+
+    @admin.display(description="dashboard")
+    def dashboard(self, obj):
+        url = reverse("dashboard:recurring-detail", args=[obj.pk])
+        return format_html('<a href="{}">plan</a>', url)
+
+    @admin.display(description="planner run (django-celery-beat)")
+    def planner_schedule(self, obj):
+        from django_celery_beat.models import PeriodicTask
+
+        entry = PeriodicTask.objects.filter(name=PLANNER_ENTRY).first()
+        if entry is None:
+            return "missing: run manage.py migrate"
+        url = reverse("admin:django_celery_beat_periodictask_change", args=[entry.pk])
+        return format_html(
+            '<a href="{}">{}</a>: {}, last run {}',
+            url,
+            entry.name,
+            entry.crontab or entry.interval,
+            entry.last_run_at or "never",
+        )
+
+    @admin.action(description="Pause selected tasks", permissions=["operate"])
+    def pause_tasks(self, request, queryset):
+        done = "{count} task(s) paused."
+        self._each(request, queryset, recurring_task_pause_audited, done, task_id=_pk)
+
+    @admin.action(description="Resume selected tasks", permissions=["operate"])
+    def resume_tasks(self, request, queryset):
+        done = "{count} task(s) resumed."
+        self._each(request, queryset, recurring_task_resume_audited, done, task_id=_pk)
+
+
+@admin.register(SlicePlan)
+class SlicePlanAdmin(ReadOnlyAdmin):
+    list_display = [
+        "task",
+        "period",
+        "slice_index",
+        "slices",
+        "starts_at",
+        "ends_at",
+        "jobs_planned",
+        "missed",
+        "duration_ms",
+        "planned_at",
+    ]
+    list_filter = ["task"]
+    ordering = ["-period", "-slice_index"]
+
+
+@admin.register(Dispatcher)
+class DispatcherAdmin(ReadOnlyAdmin):
+    list_display = ["name", "hostname", "pid", "heartbeat_at", "stopped_at", "partitions"]
+    search_fields = ["name", "hostname"]
+    ordering = ["-heartbeat_at"]
+
+
+@admin.register(DispatcherCounter)
+class DispatcherCounterAdmin(ReadOnlyAdmin):
+    list_display = [
+        "dispatcher",
+        "minute",
+        "polls",
+        "claims",
+        "claims_lost",
+        "single_reads",
+        "statements",
+        "reaped",
+        "messages",
+    ]
+    search_fields = ["=dispatcher"]
+    ordering = ["-minute"]
+    show_full_result_count = False
+
+
+@admin.register(WorkerProcess)
+class WorkerProcessAdmin(ReadOnlyAdmin):
+    list_display = ["name", "hostname", "pid", "heartbeat_at", "running", "succeeded", "failed"]
+    search_fields = ["name", "hostname"]
+    ordering = ["-heartbeat_at"]
+
+
+@admin.register(FreeOrdinal)
+class FreeOrdinalAdmin(ReadOnlyAdmin):
+    list_display = ["ordinal"]
+    ordering = ["ordinal"]
+
+
+@admin.register(OperatorAction)
+class OperatorActionAdmin(ReadOnlyAdmin):
+    list_display = ["at", "username", "action", "target_type", "target_id", "via"]
+    list_filter = ["action", "via", "target_type"]
+    search_fields = ["=username", "=target_id"]
+    ordering = ["-at"]

@@ -1,0 +1,105 @@
+"""/metrics in Prometheus' text format, computed from the database at each scrape (the
+same selectors as the dashboard): every dispatcher and worker is seen, wherever it runs.
+
+Windowed values (the lag histogram, throughput, failures) cover the last
+`WINDOW` and are gauges: a scrape shows the window, not a counter since start."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from rest_framework.decorators import api_view, permission_classes
+
+from tasksapp.web.api.permissions import ViewOrOperate
+from tasksapp.web.selectors.dashboard import (
+    dispatcher_cost_by_hour,
+    dispatcher_list,
+    job_lag_histogram,
+    job_lag_stats,
+    job_state_counts,
+    job_throughput,
+    worker_list,
+)
+
+WINDOW = dt.timedelta(minutes=5)
+
+
+class TempoCollector:
+    def __init__(self, now: dt.datetime) -> None:
+        self.now = now
+
+    def collect(self):
+        yield from self._jobs()
+        yield from self._processes()
+
+    def _jobs(self):
+        since = self.now - WINDOW
+        states = GaugeMetricFamily(
+            "tempo_jobs", "Jobs by state (estimated above 50,000 per state).", labels=["state"]
+        )
+        for count in job_state_counts():
+            states.add_metric([count.state], count.count)
+        yield states
+        histogram = job_lag_histogram(since=since)
+        lag = HistogramMetricFamily(
+            "tempo_job_start_lag_seconds",
+            "Start lag (started_at - run_at) of the jobs started in the last 5 minutes.",
+        )
+        buckets = [("+Inf" if b == float("inf") else repr(b), c) for b, c in histogram.buckets]
+        lag.add_metric([], buckets, histogram.sum_seconds)
+        yield lag
+        throughput = job_throughput(since=since, until=self.now)
+        yield GaugeMetricFamily(
+            "tempo_jobs_succeeded_per_minute",
+            "Jobs succeeded per minute, averaged over the last 5 minutes.",
+            value=throughput.per_minute,
+        )
+        stats = job_lag_stats(since=since)
+        yield GaugeMetricFamily(
+            "tempo_job_failures_window",
+            "Attempts that ended failed, dead or lost in the last 5 minutes.",
+            value=stats.failures,
+        )
+        yield GaugeMetricFamily(
+            "tempo_job_retries_window",
+            "Second or later attempts started in the last 5 minutes.",
+            value=stats.retries,
+        )
+        cost = dispatcher_cost_by_hour(since=self.now - dt.timedelta(hours=1))
+        yield GaugeMetricFamily(
+            "tempo_dispatcher_cost_score_hour",
+            "The seed's cost score (polls x 100 + lost claims x 10 + single reads), last hour.",
+            value=sum(c.cost for c in cost),
+        )
+
+    def _processes(self):
+        up = GaugeMetricFamily(
+            "tempo_process_up", "1 if the heartbeat is fresh.", labels=["kind", "name"]
+        )
+        age = GaugeMetricFamily(
+            "tempo_process_heartbeat_age_seconds",
+            "Seconds since the last heartbeat.",
+            labels=["kind", "name"],
+        )
+        partitions = GaugeMetricFamily(
+            "tempo_dispatcher_partitions", "Partitions a live dispatcher leads.", labels=["name"]
+        )
+        for row in [*dispatcher_list(now=self.now), *worker_list(now=self.now)]:
+            up.add_metric([row.kind, row.name], 1 if row.alive else 0)
+            age.add_metric([row.kind, row.name], row.heartbeat_age_s)
+            if row.kind == "dispatcher":
+                partitions.add_metric([row.name], len(row.partitions))
+        yield from (up, age, partitions)
+
+
+@api_view(["GET"])
+@permission_classes([ViewOrOperate])
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus text format, for a viewer: scrape with `Authorization: Token <key>`."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(TempoCollector(timezone.now()))
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

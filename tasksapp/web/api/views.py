@@ -1,0 +1,311 @@
+"""API endpoints: parse with a serializer, call one service or selector, answer.
+
+Writes that operators take (cancel, retry, run now, pause, resume, member (de)activation)
+go through the `*_audited` services and are recorded; scheduling jobs and creating
+members or tasks is ordinary traffic and is not."""
+
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from tasksapp.engine.models import Job
+from tasksapp.engine.services import job_schedule
+from tasksapp.graphs.services import graph_job_schedule
+from tasksapp.recurring.models import Member, RecurringTask
+from tasksapp.recurring.selectors.plans import member_runs_for_task
+from tasksapp.recurring.services import member_create, recurring_task_create
+from tasksapp.web.models import OperatorAction
+from tasksapp.web.operators import (
+    job_cancel_audited,
+    job_retry_audited,
+    job_run_now_audited,
+    member_activate_audited,
+    member_deactivate_audited,
+    recurring_task_pause_audited,
+    recurring_task_resume_audited,
+)
+from tasksapp.web.selectors.jobs import JobFilters, job_graph, job_page
+
+from . import serializers as s
+
+VIA = OperatorAction.Via.API
+ERR_UNKNOWN_TASK = "task {value} does not exist."
+ERR_UNKNOWN_MEMBER = "member {value!r} does not exist."
+BAD_REQUEST = OpenApiResponse(description="Field errors: {field: [message]}.")
+NOT_FOUND = OpenApiResponse(description="No such object.")
+DENIED = OpenApiResponse(description="Not allowed for this user's role.")
+
+
+def _query(serializer_class, request: Request):
+    serializer = serializer_class(data=request.query_params)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def _body(serializer_class, request: Request):
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return serializer
+
+
+class JobListView(APIView):
+    @extend_schema(
+        parameters=[s.JobListQuerySerializer],
+        responses={200: s.JobPageSerializer, 400: BAD_REQUEST},
+        summary="Jobs, latest run time first, paged by cursor",
+        operation_id="jobs_list",
+    )
+    def get(self, request: Request) -> Response:
+        query = _query(s.JobListQuerySerializer, request)
+        filters = JobFilters(
+            state=query.get("state"),
+            handler=query.get("handler"),
+            task=_task_filter(query.get("task")),
+            member=_member_filter(query.get("member")),
+            run_at_from=query.get("run_at_from"),
+            run_at_to=query.get("run_at_to"),
+        )
+        page = job_page(
+            filters=filters, cursor=query.get("cursor"), limit=query["limit"], columns=None
+        )
+        return Response(
+            {"results": s.JobSerializer(page.jobs, many=True).data, "next": page.next_cursor}
+        )
+
+    @extend_schema(
+        request=s.JobCreateSerializer,
+        responses={
+            201: s.JobSerializer,
+            200: OpenApiResponse(s.JobSerializer, description="Already stored under this key."),
+            400: BAD_REQUEST,
+            403: DENIED,
+        },
+        summary="Schedule a job (idempotent with idempotency_key)",
+    )
+    def post(self, request: Request) -> Response:
+        data = _body(s.JobCreateSerializer, request).validated_data
+        key = data.get("idempotency_key")
+        existed = key is not None and Job.objects.filter(idempotency_key=key).exists()
+        job = job_schedule(**data)
+        code = status.HTTP_200_OK if existed else status.HTTP_201_CREATED
+        return Response(s.JobSerializer(job).data, status=code)
+
+
+def _task_filter(task_id: int | None) -> RecurringTask | None:
+    if task_id is None:
+        return None
+    task = RecurringTask.objects.filter(id=task_id).first()
+    if task is None:
+        from rest_framework.exceptions import ValidationError
+
+        raise ValidationError({"task": [ERR_UNKNOWN_TASK.format(value=task_id)]})
+    return task
+
+
+def _member_filter(external_id: str | None) -> Member | None:
+    if external_id is None:
+        return None
+    member = Member.objects.filter(external_id=external_id).first()
+    if member is None:
+        from rest_framework.exceptions import ValidationError
+
+        raise ValidationError({"member": [ERR_UNKNOWN_MEMBER.format(value=external_id)]})
+    return member
+
+
+def _job_detail(job: Job) -> dict:
+    return s.JobDetailSerializer(job, context={"graph": job_graph(job=job)}).data
+
+
+class JobDetailView(APIView):
+    @extend_schema(
+        responses={200: s.JobDetailSerializer, 404: NOT_FOUND},
+        summary="One job, with its graph for a graph job or one of its task jobs",
+    )
+    def get(self, request: Request, job_id: int) -> Response:
+        return Response(_job_detail(get_object_or_404(Job, id=job_id)))
+
+
+class GraphJobCreateView(APIView):
+    @extend_schema(
+        request=s.GraphJobCreateSerializer,
+        responses={
+            201: s.JobDetailSerializer,
+            200: OpenApiResponse(
+                s.JobDetailSerializer, description="Already stored under this key."
+            ),
+            400: BAD_REQUEST,
+            403: DENIED,
+        },
+        summary="Schedule a graph job: plan has → wants (idempotent with idempotency_key)",
+    )
+    def post(self, request: Request) -> Response:
+        data = _body(s.GraphJobCreateSerializer, request).validated_data
+        options = {name: value for name, value in data.items() if value is not None}
+        key = data.get("idempotency_key")
+        existed = key is not None and Job.objects.filter(idempotency_key=key).exists()
+        graph = graph_job_schedule(**options)
+        code = status.HTTP_200_OK if existed else status.HTTP_201_CREATED
+        return Response(_job_detail(graph.job), status=code)
+
+
+class JobCancelView(APIView):
+    @extend_schema(
+        request=None,
+        responses={200: s.JobSerializer, 400: BAD_REQUEST, 403: DENIED, 404: NOT_FOUND},
+        summary="Cancel a scheduled or failed job",
+    )
+    def post(self, request: Request, job_id: int) -> Response:
+        job = job_cancel_audited(user=request.user, job_id=job_id, via=VIA)
+        return Response(s.JobSerializer(job).data)
+
+
+class JobRetryView(APIView):
+    @extend_schema(
+        request=s.RetrySerializer,
+        responses={200: s.JobSerializer, 400: BAD_REQUEST, 403: DENIED, 404: NOT_FOUND},
+        summary="Retry a dead, lost, cancelled or failed job (now, or at run_at)",
+    )
+    def post(self, request: Request, job_id: int) -> Response:
+        run_at = _body(s.RetrySerializer, request).validated_data.get("run_at")
+        job = job_retry_audited(user=request.user, job_id=job_id, via=VIA, run_at=run_at)
+        return Response(s.JobSerializer(job).data)
+
+
+class JobRunNowView(APIView):
+    @extend_schema(
+        request=None,
+        responses={200: s.JobSerializer, 400: BAD_REQUEST, 403: DENIED, 404: NOT_FOUND},
+        summary="Move a waiting job's run time to now",
+    )
+    def post(self, request: Request, job_id: int) -> Response:
+        job = job_run_now_audited(user=request.user, job_id=job_id, via=VIA)
+        return Response(s.JobSerializer(job).data)
+
+
+class MemberListView(APIView):
+    @extend_schema(
+        parameters=[s.MemberListQuerySerializer],
+        responses={200: s.MemberPageSerializer, 400: BAD_REQUEST},
+        summary="Members by id, paged with `after`",
+        operation_id="members_list",
+    )
+    def get(self, request: Request) -> Response:
+        query = _query(s.MemberListQuerySerializer, request)
+        members = Member.objects.order_by("id")
+        if "external_id" in query:
+            members = members.filter(external_id=query["external_id"])
+        if "after" in query:
+            members = members.filter(id__gt=query["after"])
+        rows = list(members[: query["limit"] + 1])
+        more = len(rows) > query["limit"]
+        rows = rows[: query["limit"]]
+        return Response(
+            {
+                "results": s.MemberSerializer(rows, many=True).data,
+                "next": rows[-1].id if more else None,
+            }
+        )
+
+    @extend_schema(
+        request=s.MemberCreateSerializer,
+        responses={201: s.MemberSerializer, 400: BAD_REQUEST, 403: DENIED},
+        summary="Create a member (planned into the open slices at once)",
+    )
+    def post(self, request: Request) -> Response:
+        data = _body(s.MemberCreateSerializer, request).validated_data
+        member = member_create(external_id=data["external_id"])
+        return Response(s.MemberSerializer(member).data, status=status.HTTP_201_CREATED)
+
+
+class MemberDetailView(APIView):
+    @extend_schema(responses={200: s.MemberSerializer, 404: NOT_FOUND}, summary="One member")
+    def get(self, request: Request, member_id: int) -> Response:
+        return Response(s.MemberSerializer(get_object_or_404(Member, id=member_id)).data)
+
+
+class MemberDeactivateView(APIView):
+    @extend_schema(
+        request=None,
+        responses={200: s.MemberSerializer, 403: DENIED, 404: NOT_FOUND},
+        summary="Stop planning a member and cancel its waiting jobs",
+    )
+    def post(self, request: Request, member_id: int) -> Response:
+        member = get_object_or_404(Member, id=member_id)
+        member = member_deactivate_audited(user=request.user, member=member, via=VIA)
+        return Response(s.MemberSerializer(member).data)
+
+
+class MemberActivateView(APIView):
+    @extend_schema(
+        request=None,
+        responses={200: s.MemberSerializer, 403: DENIED, 404: NOT_FOUND},
+        summary="Plan a member again",
+    )
+    def post(self, request: Request, member_id: int) -> Response:
+        member = get_object_or_404(Member, id=member_id)
+        member = member_activate_audited(user=request.user, member=member, via=VIA)
+        return Response(s.MemberSerializer(member).data)
+
+
+class RecurringTaskListView(APIView):
+    @extend_schema(responses={200: s.RecurringTaskSerializer(many=True)}, summary="Tasks")
+    def get(self, request: Request) -> Response:
+        tasks = RecurringTask.objects.order_by("name")
+        return Response(s.RecurringTaskSerializer(tasks, many=True).data)
+
+    @extend_schema(
+        request=s.RecurringTaskCreateSerializer,
+        responses={201: s.RecurringTaskSerializer, 400: BAD_REQUEST, 403: DENIED},
+        summary="Create a recurring task",
+    )
+    def post(self, request: Request) -> Response:
+        serializer = _body(s.RecurringTaskCreateSerializer, request)
+        task = recurring_task_create(**serializer.service_arguments())
+        return Response(s.RecurringTaskSerializer(task).data, status=status.HTTP_201_CREATED)
+
+
+class RecurringTaskDetailView(APIView):
+    @extend_schema(responses={200: s.RecurringTaskSerializer, 404: NOT_FOUND}, summary="A task")
+    def get(self, request: Request, task_id: int) -> Response:
+        task = get_object_or_404(RecurringTask, id=task_id)
+        return Response(s.RecurringTaskSerializer(task).data)
+
+
+class RecurringTaskPauseView(APIView):
+    @extend_schema(
+        request=None,
+        responses={200: s.RecurringTaskSerializer, 400: BAD_REQUEST, 403: DENIED, 404: NOT_FOUND},
+        summary="Pause planning (jobs already planned still run)",
+    )
+    def post(self, request: Request, task_id: int) -> Response:
+        task = recurring_task_pause_audited(user=request.user, task_id=task_id, via=VIA)
+        return Response(s.RecurringTaskSerializer(task).data)
+
+
+class RecurringTaskResumeView(APIView):
+    @extend_schema(
+        request=None,
+        responses={200: s.RecurringTaskSerializer, 400: BAD_REQUEST, 403: DENIED, 404: NOT_FOUND},
+        summary="Resume planning from the next slice",
+    )
+    def post(self, request: Request, task_id: int) -> Response:
+        task = recurring_task_resume_audited(user=request.user, task_id=task_id, via=VIA)
+        return Response(s.RecurringTaskSerializer(task).data)
+
+
+class MemberNextRunsView(APIView):
+    @extend_schema(
+        responses={200: s.NextRunsSerializer, 404: NOT_FOUND},
+        summary="A member's next runs of a task (computed by the formula)",
+    )
+    def get(self, request: Request, task_id: int, member_id: int) -> Response:
+        task = get_object_or_404(RecurringTask, id=task_id)
+        member = get_object_or_404(Member, id=member_id)
+        _, runs = member_runs_for_task(task=task, external_id=member.external_id)
+        return Response({"member": member.external_id, "runs": runs})

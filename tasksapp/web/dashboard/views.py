@@ -1,0 +1,290 @@
+"""Dashboard pages. Each view: check the role, parse the query, call selectors, render.
+Actions: POST only (CSRF by the middleware), operator permission, one audited service,
+then back to the page with a message."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+
+from tasksapp.engine.models import JobState
+from tasksapp.engine.services import JobInputError
+from tasksapp.recurring.models import Member, RecurringTask
+from tasksapp.recurring.selectors.plans import (
+    member_runs_for_task,
+    recurring_task_list,
+    recurring_task_plan,
+)
+from tasksapp.recurring.services import PlanningInputError
+from tasksapp.web.models import OperatorAction
+from tasksapp.web.operators import (
+    PERM_OPERATE,
+    PERM_VIEW,
+    OperatorPermissionError,
+    job_cancel_audited,
+    job_retry_audited,
+    job_run_now_audited,
+    recurring_task_pause_audited,
+    recurring_task_resume_audited,
+)
+from tasksapp.web.selectors.dashboard import dashboard_overview
+from tasksapp.web.selectors.jobs import (
+    JobFilterError,
+    JobFilters,
+    job_get,
+    job_graph,
+    job_page,
+    job_timeline,
+)
+
+VIA = OperatorAction.Via.DASHBOARD
+JOB_ACTIONS = {
+    "cancel": (job_cancel_audited, "Job {id} cancelled."),
+    "retry": (job_retry_audited, "Job {id} scheduled again, to run now."),
+    "run-now": (job_run_now_audited, "Job {id} will run now."),
+}
+TASK_ACTIONS = {
+    "pause": (recurring_task_pause_audited, "{name} paused: no new slices are planned."),
+    "resume": (recurring_task_resume_audited, "{name} resumed."),
+}
+AUDIT_PAGE = 100
+ERR_FILTER_TIME = "{field}: not a date and time (use YYYY-MM-DD HH:MM, UTC)."
+ERR_FILTER_TASK = "task: no recurring task with id {value}."
+ERR_FILTER_MEMBER = "member: no member with external id {value!r}."
+ERR_PERIOD = "period must be a whole number."
+
+viewer_required = permission_required(PERM_VIEW, raise_exception=True)
+operator_required = permission_required(PERM_OPERATE, raise_exception=True)
+
+
+def _can_operate(request: HttpRequest) -> bool:
+    return request.user.has_perm(PERM_OPERATE)
+
+
+@login_required
+@viewer_required
+@require_GET
+def overview(request: HttpRequest) -> HttpResponse:
+    return render(request, "dashboard/overview.html", {"data": _with_colors(dashboard_overview())})
+
+
+def _with_colors(data: dict[str, Any]) -> dict[str, Any]:
+    """One colour per live dispatcher, the same on its row and on its partitions."""
+    index = {d["name"]: i for i, d in enumerate(d for d in data["dispatchers"] if d["alive"])}
+    for row in data["dispatchers"]:
+        row["color_index"] = index.get(row["name"], 0)
+    for row in data["partitions"]:
+        row["color_index"] = index.get(row["owner"], 0)
+    return data
+
+
+@login_required
+@viewer_required
+@require_GET
+def overview_data(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(dashboard_overview())
+
+
+@login_required
+@viewer_required
+@require_GET
+def recurring_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "dashboard/recurring_list.html", {"rows": recurring_task_list()})
+
+
+@login_required
+@viewer_required
+@require_GET
+def recurring_detail(request: HttpRequest, task_id: int) -> HttpResponse:
+    task = get_object_or_404(RecurringTask, id=task_id)
+    period = None
+    if request.GET.get("period"):
+        try:
+            period = int(request.GET["period"])
+        except ValueError:
+            messages.error(request, ERR_PERIOD)
+    view = recurring_task_plan(task=task, period=period)
+    external_id = request.GET.get("member", "").strip()
+    member, runs = (
+        member_runs_for_task(task=task, external_id=external_id) if external_id else (None, [])
+    )
+    context = {
+        "task": task,
+        "view": view,
+        "chart": _plan_chart(view),
+        "member_query": external_id,
+        "member": member,
+        "member_runs": runs,
+        "can_operate": _can_operate(request),
+    }
+    return render(request, "dashboard/recurring_detail.html", context)
+
+
+def _plan_chart(view) -> dict[str, Any]:
+    """The plan page's chart data, JSON-ready."""
+    return {
+        "slices": [
+            {
+                "index": s.index,
+                "label": s.starts_at.strftime("%m-%d %H:%M"),
+                "planned": s.planned,
+                "current": s.current,
+                "members": s.members,
+                "expected": round(s.expected, 2),
+                "jobs_planned": s.jobs_planned,
+            }
+            for s in view.slices
+        ],
+        "load": {
+            "labels": [t.strftime("%m-%d %H:%M") for t in view.load_starts],
+            "counts": view.load_counts,
+        },
+        "period_start": view.period_start.isoformat(),
+        "period_end": view.period_end.isoformat(),
+        "now": view.now.isoformat(),
+    }
+
+
+def _parse_time(request: HttpRequest, field: str, errors: list[str]) -> dt.datetime | None:
+    raw = request.GET.get(field, "").strip()
+    if not raw:
+        return None
+    try:
+        value = dt.datetime.fromisoformat(raw)
+    except ValueError:
+        errors.append(ERR_FILTER_TIME.format(field=field))
+        return None
+    return timezone.make_aware(value, dt.UTC) if timezone.is_naive(value) else value
+
+
+def _job_filters(request: HttpRequest, errors: list[str]) -> JobFilters:
+    task = member = None
+    task_id = request.GET.get("task", "").strip()
+    if task_id:
+        task = RecurringTask.objects.filter(id=task_id).first() if task_id.isdigit() else None
+        if task is None:
+            errors.append(ERR_FILTER_TASK.format(value=task_id))
+    external_id = request.GET.get("member", "").strip()
+    if external_id:
+        member = Member.objects.filter(external_id=external_id).first()
+        if member is None:
+            errors.append(ERR_FILTER_MEMBER.format(value=external_id))
+    return JobFilters(
+        state=request.GET.get("state") or None,
+        handler=request.GET.get("handler", "").strip() or None,
+        task=task,
+        member=member,
+        run_at_from=_parse_time(request, "run_at_from", errors),
+        run_at_to=_parse_time(request, "run_at_to", errors),
+    )
+
+
+@login_required
+@viewer_required
+@require_GET
+def job_list(request: HttpRequest) -> HttpResponse:
+    errors: list[str] = []
+    filters = _job_filters(request, errors)
+    page = None
+    if not errors:
+        try:
+            page = job_page(filters=filters, cursor=request.GET.get("cursor") or None)
+        except JobFilterError as exc:
+            errors.append(str(exc))
+    query = request.GET.copy()
+    query.pop("cursor", None)
+    context = {
+        "page": page,
+        "errors": errors,
+        "states": JobState.values,
+        "tasks": RecurringTask.objects.order_by("name").only("id", "name"),
+        "query": request.GET,
+        "base_query": query.urlencode(),
+        "can_operate": _can_operate(request),
+        "filtered": any(request.GET.get(k) for k in request.GET if k != "cursor"),
+    }
+    return render(request, "dashboard/job_list.html", context)
+
+
+@login_required
+@viewer_required
+@require_GET
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = job_get(job_id=job_id)
+    if job is None:
+        raise Http404(f"job {job_id} does not exist.")
+    context = {
+        "job": job,
+        "timeline": job_timeline(job=job),
+        "graph": job_graph(job=job),
+        "actions": OperatorAction.objects.filter(target_type="job", target_id=str(job.id)).order_by(
+            "-at"
+        )[:20],
+        "can_operate": _can_operate(request),
+        "can_cancel": job.state in (JobState.SCHEDULED, JobState.FAILED),
+        "can_run_now": job.state in (JobState.SCHEDULED, JobState.FAILED),
+        "can_retry": job.state
+        in (JobState.DEAD, JobState.LOST, JobState.CANCELLED, JobState.FAILED),
+    }
+    return render(request, "dashboard/job_detail.html", context)
+
+
+def _back(request: HttpRequest, default: str) -> HttpResponse:
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        return redirect(target)
+    return redirect(default)
+
+
+@login_required
+@operator_required
+@require_POST
+def job_action(request: HttpRequest, job_id: int, action: str) -> HttpResponse:
+    if action not in JOB_ACTIONS:
+        raise Http404(f"no action {action!r}")
+    service, done = JOB_ACTIONS[action]
+    try:
+        service(user=request.user, job_id=job_id, via=VIA)
+        messages.success(request, done.format(id=job_id))
+    except (JobInputError, OperatorPermissionError) as exc:
+        messages.error(request, str(exc))
+    return _back(request, reverse("dashboard:job-detail", args=[job_id]))
+
+
+@login_required
+@operator_required
+@require_POST
+def task_action(request: HttpRequest, task_id: int, action: str) -> HttpResponse:
+    if action not in TASK_ACTIONS:
+        raise Http404(f"no action {action!r}")
+    service, done = TASK_ACTIONS[action]
+    try:
+        task = service(user=request.user, task_id=task_id, via=VIA)
+        messages.success(request, done.format(name=task.name))
+    except (PlanningInputError, OperatorPermissionError) as exc:
+        messages.error(request, str(exc))
+    return _back(request, reverse("dashboard:recurring-detail", args=[task_id]))
+
+
+@login_required
+@viewer_required
+@require_GET
+def audit_list(request: HttpRequest) -> HttpResponse:
+    actions = OperatorAction.objects.order_by("-id")
+    before = request.GET.get("before", "")
+    if before.isdigit():
+        actions = actions.filter(id__lt=int(before))
+    rows = list(actions[: AUDIT_PAGE + 1])
+    more = len(rows) > AUDIT_PAGE
+    rows = rows[:AUDIT_PAGE]
+    next_before = rows[-1].id if more and rows else None
+    return render(request, "dashboard/audit.html", {"rows": rows, "next_before": next_before})

@@ -1,0 +1,173 @@
+"""Operators' actions: the roles that may take them, and every action recorded.
+
+The dashboard, the HTTP API and the admin all call the `*_audited` functions here: each
+checks the user's permission, calls the one service that owns the change, and records
+who did what, when and through which entry point, in one transaction. A refused or
+failed action changes nothing and records nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.contrib.auth.models import Group, Permission
+from django.db import transaction
+
+from tasksapp.engine.models import Job
+from tasksapp.engine.services import job_cancel, job_retry, job_run_now
+from tasksapp.recurring.models import Member, RecurringTask
+from tasksapp.recurring.services import member_activate, member_deactivate, recurring_task_update
+from tasksapp.web.models import OperatorAction
+
+ROLE_VIEWER = "viewer"
+ROLE_OPERATOR = "operator"
+PERM_VIEW = "tasksapp.view_dashboard"
+PERM_OPERATE = "tasksapp.operate"
+_MODELS = [
+    "job",
+    "member",
+    "recurringtask",
+    "sliceplan",
+    "dispatcher",
+    "dispatchercounter",
+    "workerprocess",
+    "freeordinal",
+    "operatoraction",
+]
+# Viewers see everything; operators may also act. Superusers have every permission.
+ROLES = {
+    ROLE_VIEWER: ["view_dashboard", *[f"view_{m}" for m in _MODELS]],
+    ROLE_OPERATOR: ["view_dashboard", "operate", *[f"view_{m}" for m in _MODELS]],
+}
+
+ERR_NOT_OPERATOR = "only operators may do this: {user} is not in the operator group."
+ERR_TASK_NOT_FOUND = "recurring task {task_id} does not exist."
+
+
+class OperatorPermissionError(PermissionError):
+    """The user may look but not act."""
+
+
+def roles_ensure() -> None:
+    """Create the groups and give them their permissions (migration 0006 does it on
+    install; tests call it after a database flush)."""
+    for name, codenames in ROLES.items():
+        group, _ = Group.objects.get_or_create(name=name)
+        group.permissions.add(
+            *Permission.objects.filter(content_type__app_label="tasksapp", codename__in=codenames)
+        )
+
+
+def operator_action_record(
+    *,
+    user: Any,
+    via: str,
+    action: str,
+    target_type: str,
+    target_id: Any,
+    details: dict | None = None,
+) -> OperatorAction:
+    return OperatorAction.objects.create(
+        user=user if getattr(user, "pk", None) else None,
+        username=getattr(user, "username", "") or "",
+        via=via,
+        action=action,
+        target_type=target_type,
+        target_id=str(target_id),
+        details=details or {},
+    )
+
+
+def _require_operator(user: Any) -> None:
+    if not (user and user.is_authenticated and user.has_perm(PERM_OPERATE)):
+        raise OperatorPermissionError(ERR_NOT_OPERATOR.format(user=user or "anonymous"))
+
+
+def _job_audited(service, action: str, *, user: Any, job_id: int, via: str, **options: Any) -> Job:
+    _require_operator(user)
+    with transaction.atomic():
+        before = Job.objects.filter(id=job_id).values_list("state", "run_at").first()
+        job = service(job_id=job_id, **options)
+        details = {"state_before": before[0] if before else None, "state_after": job.state}
+        if before and job.run_at != before[1]:
+            details["run_at_before"] = before[1].isoformat()
+            details["run_at_after"] = job.run_at.isoformat()
+        operator_action_record(
+            user=user, via=via, action=action, target_type="job", target_id=job.id, details=details
+        )
+    return job
+
+
+def job_cancel_audited(*, user: Any, job_id: int, via: str) -> Job:
+    """scheduled|failed → cancelled (job_cancel), recorded."""
+    return _job_audited(job_cancel, "cancel", user=user, job_id=job_id, via=via)
+
+
+def job_retry_audited(
+    *, user: Any, job_id: int, via: str, run_at: dt.datetime | None = None
+) -> Job:
+    """dead|lost|cancelled|failed → scheduled at `run_at`, default now (job_retry), recorded."""
+    return _job_audited(job_retry, "retry", user=user, job_id=job_id, via=via, run_at=run_at)
+
+
+def job_run_now_audited(*, user: Any, job_id: int, via: str) -> Job:
+    """A waiting job's run time moved to now (job_run_now), recorded."""
+    return _job_audited(job_run_now, "run_now", user=user, job_id=job_id, via=via)
+
+
+def _task_active_audited(*, user: Any, task_id: int, via: str, active: bool) -> RecurringTask:
+    from tasksapp.recurring.services import PlanningInputError
+
+    _require_operator(user)
+    with transaction.atomic():
+        task = RecurringTask.objects.filter(id=task_id).first()
+        if task is None:
+            raise PlanningInputError(ERR_TASK_NOT_FOUND.format(task_id=task_id))
+        was = task.active
+        task = recurring_task_update(task=task, active=active)
+        operator_action_record(
+            user=user,
+            via=via,
+            action="resume" if active else "pause",
+            target_type="recurring_task",
+            target_id=task.id,
+            details={"name": task.name, "active_before": was, "active_after": task.active},
+        )
+    return task
+
+
+def recurring_task_pause_audited(*, user: Any, task_id: int, via: str) -> RecurringTask:
+    """Stop planning the task (jobs already planned still run), recorded."""
+    return _task_active_audited(user=user, task_id=task_id, via=via, active=False)
+
+
+def recurring_task_resume_audited(*, user: Any, task_id: int, via: str) -> RecurringTask:
+    """Plan the task again from its next slice, recorded."""
+    return _task_active_audited(user=user, task_id=task_id, via=via, active=True)
+
+
+def _member_audited(service, action: str, *, user: Any, member: Member, via: str) -> Member:
+    _require_operator(user)
+    with transaction.atomic():
+        was = member.active
+        member = service(member=member)
+        operator_action_record(
+            user=user,
+            via=via,
+            action=action,
+            target_type="member",
+            target_id=member.external_id,
+            details={"active_before": was, "active_after": member.active},
+        )
+    return member
+
+
+def member_deactivate_audited(*, user: Any, member: Member, via: str) -> Member:
+    """Stop planning the member and cancel its waiting jobs (member_deactivate), recorded."""
+    return _member_audited(member_deactivate, "deactivate", user=user, member=member, via=via)
+
+
+def member_activate_audited(*, user: Any, member: Member, via: str) -> Member:
+    """Plan the member again (member_activate), recorded."""
+    return _member_audited(member_activate, "activate", user=user, member=member, via=via)

@@ -1,0 +1,201 @@
+"""Reads for browsing jobs: a filtered list paged by keyset, and one job's timeline.
+
+The list is ordered by (run_at, id), latest first, and pages by keyset (`before` the last
+row shown): each page is one index range, whatever its depth, and nothing counts all
+rows. Filters map onto indexes: state → `job_state_run_at_idx`, handler or recurring
+task → `job_handler_run_at_idx`, none → `job_run_at_id_idx`; a member's jobs are found
+by their idempotency keys (`plan:<task>:<period>:<member>`) in the unique index.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from tasksapp.engine.models import Job, JobState
+from tasksapp.graphs.selectors import GraphView, graph_run_get, graph_run_id_for_job
+from tasksapp.recurring.models import Member, RecurringTask, SlicePlan
+from tasksapp.recurring.services import job_key_prefix
+
+PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+MEMBER_PLANS = 400  # a member filter looks at this many of the latest slice plans
+LIST_FIELDS = (
+    "id",
+    "handler",
+    "state",
+    "run_at",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "attempts",
+    "max_attempts",
+    "delivery",
+    "idempotency_key",
+)
+
+ERR_CURSOR = "cursor is not valid: use the link of the previous page."
+ERR_STATE = "state must be one of: {choices}."
+ERR_RANGE = "run_at_from must be before run_at_to."
+
+
+class JobFilterError(ValueError):
+    """A filter or cursor that cannot be applied; the message says which."""
+
+
+@dataclass(frozen=True)
+class JobFilters:
+    state: str | None = None
+    handler: str | None = None
+    task: RecurringTask | None = None
+    member: Member | None = None
+    run_at_from: dt.datetime | None = None
+    run_at_to: dt.datetime | None = None
+
+
+@dataclass
+class JobPage:
+    jobs: list[Job]
+    next_cursor: str | None  # None on the last page
+    filters: JobFilters = field(default_factory=JobFilters)
+
+
+def cursor_encode(job: Job) -> str:
+    raw = f"{job.run_at.isoformat()}|{job.id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def cursor_decode(cursor: str) -> tuple[dt.datetime, int]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        when, job_id = raw.split("|")
+        run_at = dt.datetime.fromisoformat(when)
+        if run_at.tzinfo is None:
+            raise ValueError("naive")
+        return run_at, int(job_id)
+    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+        raise JobFilterError(ERR_CURSOR) from exc
+
+
+def _filtered(filters: JobFilters) -> QuerySet[Job]:
+    jobs = Job.objects.all()
+    if filters.state:
+        if filters.state not in JobState.values:
+            raise JobFilterError(ERR_STATE.format(choices=", ".join(JobState.values)))
+        jobs = jobs.filter(state=filters.state)
+    if filters.handler:
+        jobs = jobs.filter(handler=filters.handler)
+    if filters.task is not None:
+        jobs = jobs.filter(
+            handler=filters.task.handler, idempotency_key__startswith=f"plan:{filters.task.id}:"
+        )
+    if filters.member is not None:
+        jobs = jobs.filter(idempotency_key__in=member_job_keys(member=filters.member))
+    if filters.run_at_from and filters.run_at_to and filters.run_at_from >= filters.run_at_to:
+        raise JobFilterError(ERR_RANGE)
+    if filters.run_at_from:
+        jobs = jobs.filter(run_at__gte=filters.run_at_from)
+    if filters.run_at_to:
+        jobs = jobs.filter(run_at__lt=filters.run_at_to)
+    return jobs
+
+
+def member_job_keys(*, member: Member, task: RecurringTask | None = None) -> list[str]:
+    """The idempotency keys of the member's planned jobs in the latest slice plans that
+    contain its phase (of one task if given)."""
+    plans = SlicePlan.objects.order_by("-planned_at")
+    if task is not None:
+        plans = plans.filter(task=task)
+    return [
+        f"{job_key_prefix(plan.task_id, plan.period)}{member.id}"
+        for plan in plans[:MEMBER_PLANS]
+        if plan.contains(member.phase)
+    ]
+
+
+def job_page(
+    *,
+    filters: JobFilters,
+    cursor: str | None = None,
+    limit: int = PAGE_SIZE,
+    columns: tuple[str, ...] | None = LIST_FIELDS,
+) -> JobPage:
+    """One page of jobs matching `filters`, latest run time first, after `cursor`; only
+    `columns` are loaded (None: all of them)."""
+    limit = max(1, min(limit, MAX_PAGE_SIZE))
+    jobs = _filtered(filters)
+    if cursor:
+        run_at, job_id = cursor_decode(cursor)
+        # run_at <= bound keeps it one index range; the OR only breaks ties on run_at.
+        jobs = jobs.filter(Q(run_at__lt=run_at) | Q(id__lt=job_id), run_at__lte=run_at)
+    if columns is not None:
+        jobs = jobs.only(*columns)
+    rows = list(jobs.order_by("-run_at", "-id")[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return JobPage(rows, cursor_encode(rows[-1]) if more and rows else None, filters)
+
+
+def job_get(*, job_id: int) -> Job | None:
+    return Job.objects.filter(id=job_id).first()
+
+
+# --- one job's timeline -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    at: dt.datetime
+    label: str
+    detail: str = ""
+    kind: str = "info"  # info | ok | error
+
+
+def job_timeline(*, job: Job) -> list[TimelineEvent]:
+    """What happened to the job, in time order: created, each failed attempt with its
+    error, and the current attempt's run time, claim, start and finish."""
+    events = [TimelineEvent(job.created_at, "created", f"key {job.idempotency_key}")]
+    for entry in job.errors or []:
+        at = _parse_time(entry.get("at")) if isinstance(entry, dict) else None
+        if at is None:
+            continue
+        detail = f"{entry.get('kind', 'error')}: {entry.get('error', '')}"
+        events.append(
+            TimelineEvent(at, f"attempt {entry.get('attempt', '?')} failed", detail, "error")
+        )
+    events.append(TimelineEvent(job.run_at, "run at", "due (the latest attempt)"))
+    if job.claimed_at:
+        events.append(TimelineEvent(job.claimed_at, "claimed", job.claimed_by))
+    if job.started_at:
+        lag = (job.started_at - job.run_at).total_seconds() * 1000
+        events.append(
+            TimelineEvent(job.started_at, "started", f"attempt {job.attempts}, lag {lag:.0f} ms")
+        )
+    if job.finished_at and job.state in (JobState.SUCCEEDED, JobState.CANCELLED):
+        kind = "ok" if job.state == JobState.SUCCEEDED else "info"
+        events.append(TimelineEvent(job.finished_at, job.state, "", kind))
+    elif job.finished_at and job.state in (JobState.DEAD, JobState.LOST):
+        events.append(TimelineEvent(job.finished_at, job.state, job.last_error, "error"))
+    return sorted(events, key=lambda e: e.at)
+
+
+def _parse_time(value: Any) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+# --- graph jobs ---------------------------------------------------------------------------
+
+
+def job_graph(*, job: Job) -> GraphView | None:
+    """The task graph a job belongs to — as the graph job itself, one of its task jobs or
+    its rollback job — layer by layer from its GraphRun and TaskRuns; None for a plain job."""
+    graph_run_id = graph_run_id_for_job(job_id=job.id)
+    return None if graph_run_id is None else graph_run_get(graph_run_id=graph_run_id)
