@@ -126,7 +126,7 @@ def time_slices(size: int, slices: int, repeats: int) -> dict:
 
 
 def time_scan(slice_index: int, slices: int) -> float:
-    """The member scan of PLAN_MEMBERS alone, on a slice not read yet (ms)."""
+    """The member scan of MEMBER_SLICE alone, on a slice not read yet (ms)."""
     from django.db import connection
 
     with connection.cursor() as cursor:

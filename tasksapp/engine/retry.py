@@ -99,6 +99,7 @@ def decide(
 
 
 def worst_case_seconds(policy: Mapping[str, Any], *, max_attempts: int) -> float:
-    """Longest time from the first failure to the last retry's start (seed 004's rule)."""
+    """Longest time from the first failure to the last retry's start: a recurring task's
+    period must exceed it, or an occurrence could still be retrying when the next is due."""
     jitter = float(policy.get("jitter", 0.0))
     return sum(base_delay(policy, n) + jitter for n in range(1, max_attempts))

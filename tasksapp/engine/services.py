@@ -4,25 +4,29 @@ stores nothing."""
 from __future__ import annotations
 
 import datetime as dt
-import json
-import math
 from typing import Any
 
-from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from tasksapp.engine.handlers import HandlerError, resolve_handler
 from tasksapp.engine.models import Delivery, Job, JobState
-from tasksapp.engine.models.jobs import DUE_STATES
-from tasksapp.engine.retry import RetryPolicyError, validate_policy
+from tasksapp.engine.models.jobs import DUE_STATES, new_idempotency_key
+from tasksapp.engine.options import (  # noqa: F401 (ERR_* re-exported for callers)
+    ERR_DELIVERY,
+    ERR_KEY,
+    ERR_MAX_ATTEMPTS,
+    ERR_PAYLOAD_JSON,
+    ERR_TIME_LIMIT,
+    JobOptions,
+    JobOptionsError,
+    validated_handler,
+    validated_idempotency_key,
+    validated_payload,
+)
+from tasksapp.engine.store import job_store
+from tasksapp.engine.store.rows import InsertedJob, NewJob
 
 ERR_RUN_AT_TYPE = "run_at must be a datetime."
 ERR_RUN_AT_NAIVE = "run_at must be timezone-aware (got a naive datetime)."
-ERR_PAYLOAD_JSON = "payload must be JSON-serialisable: {reason}"
-ERR_MAX_ATTEMPTS = "max_attempts must be an integer between 1 and 1000."
-ERR_DELIVERY = "delivery must be one of: {choices}."
-ERR_TIME_LIMIT = "time_limit must be a positive number of seconds."
-ERR_KEY = "idempotency_key must be a non-empty string of at most 200 characters."
 ERR_NOT_FOUND = "job {job_id} does not exist."
 ERR_CANCEL_STATE = "job {job_id} is {state}: only scheduled or failed jobs can be cancelled."
 ERR_RETRY_STATE = (
@@ -43,39 +47,6 @@ def _validated_run_at(run_at: Any) -> dt.datetime:
     return run_at
 
 
-def _validated_payload(payload: Any) -> Any:
-    if payload is None:
-        return {}
-    try:
-        return json.loads(json.dumps(payload, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise JobInputError(ERR_PAYLOAD_JSON.format(reason=exc)) from exc
-
-
-def _validated_options(
-    *, max_attempts: Any, delivery: Any, time_limit: Any, idempotency_key: Any
-) -> None:
-    if (
-        isinstance(max_attempts, bool)
-        or not isinstance(max_attempts, int)
-        or not (1 <= max_attempts <= 1000)
-    ):
-        raise JobInputError(ERR_MAX_ATTEMPTS)
-    if delivery not in Delivery.values:
-        raise JobInputError(ERR_DELIVERY.format(choices=", ".join(Delivery.values)))
-    if time_limit is not None and (
-        isinstance(time_limit, bool)
-        or not isinstance(time_limit, int | float)
-        or not math.isfinite(time_limit)
-        or time_limit <= 0
-    ):
-        raise JobInputError(ERR_TIME_LIMIT)
-    if idempotency_key is not None and (
-        not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > 200
-    ):
-        raise JobInputError(ERR_KEY)
-
-
 def job_schedule(
     *,
     handler: str,
@@ -92,19 +63,20 @@ def job_schedule(
     Scheduling the same idempotency key again returns the existing job unchanged.
     """
     try:
-        resolve_handler(handler)
-        policy = validate_policy(retry_policy)
-    except (HandlerError, RetryPolicyError) as exc:
+        validated_handler(handler)
+        options = JobOptions.validated(
+            max_attempts=max_attempts,
+            retry_policy=retry_policy,
+            delivery=delivery,
+            time_limit=time_limit,
+        )
+        run_at = _validated_run_at(run_at)
+        payload = validated_payload(payload)
+        validated_idempotency_key(idempotency_key)
+    except JobOptionsError as exc:
         raise JobInputError(str(exc)) from exc
-    run_at = _validated_run_at(run_at)
-    payload = _validated_payload(payload)
-    _validated_options(
-        max_attempts=max_attempts,
-        delivery=delivery,
-        time_limit=time_limit,
-        idempotency_key=idempotency_key,
-    )
-    fields = dict(
+    policy = options.retry_policy
+    job = NewJob(
         handler=handler,
         run_at=run_at,
         payload=payload,
@@ -112,17 +84,20 @@ def job_schedule(
         retry_policy=policy,
         delivery=delivery,
         time_limit=time_limit,
+        idempotency_key=new_idempotency_key() if idempotency_key is None else idempotency_key,
     )
-    if idempotency_key is None:
-        return Job.objects.create(**fields)
-    try:
-        with transaction.atomic():
-            return Job.objects.create(idempotency_key=idempotency_key, **fields)
-    except IntegrityError:
-        existing = Job.objects.filter(idempotency_key=idempotency_key).first()
-        if existing is None:
-            raise
-        return existing
+    inserted = job_store().insert_jobs([job])
+    if not inserted:  # the key was scheduled before: that job, unchanged
+        return Job.objects.get(idempotency_key=job.idempotency_key)
+    return _stored(job, inserted[0])
+
+
+def _stored(job: NewJob, row: InsertedJob) -> Job:
+    """The model of a job just inserted: its fields, the database's id and creation time,
+    and the model's defaults for the other columns (the insert's defaults too)."""
+    stored = Job(id=row.id, created_at=row.created_at, **vars(job))
+    stored._state.adding, stored._state.db = False, Job.objects.db
+    return stored
 
 
 def _get(job_id: int) -> Job:

@@ -18,9 +18,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.backends.signals import connection_created
+
+from tasksapp.engine.settings import tempo_settings
 
 
 def use_engine_sessions() -> None:
@@ -38,7 +39,7 @@ def _engine_session(sender, connection, **kwargs) -> None:
     # burst after it ran 30-70 ms late. A broken session is still replaced
     # (close_old_connections checks for errors).
     connection.close_at = None
-    if settings.TEMPO["ASYNC_COMMIT"] and connection.vendor == "postgresql":
+    if tempo_settings().async_commit and connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SET synchronous_commit TO off")
 
@@ -46,7 +47,7 @@ def _engine_session(sender, connection, **kwargs) -> None:
 def flush_commits() -> None:
     """Return once every earlier commit of this session is on disk: a synchronous commit
     that writes WAL flushes everything before it."""
-    if connection.vendor != "postgresql" or not settings.TEMPO["ASYNC_COMMIT"]:
+    if connection.vendor != "postgresql" or not tempo_settings().async_commit:
         return
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL synchronous_commit TO on")
@@ -69,7 +70,7 @@ def engine_cursor() -> Iterator[Any]:
     `TEMPO_PREPARED_STATEMENTS=false` turns this off (for a connection pooler in
     transaction mode older than PgBouncer 1.21).
     """
-    if connection.vendor != "postgresql" or not settings.TEMPO["PREPARED_STATEMENTS"]:
+    if connection.vendor != "postgresql" or not tempo_settings().prepared_statements:
         with connection.cursor() as cursor:
             yield cursor
         return

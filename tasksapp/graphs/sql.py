@@ -16,8 +16,6 @@ from typing import Any
 
 from django.db import connection
 
-from tasksapp.engine.sql import JOB_TABLE
-
 GRAPH_TABLE = "tasksapp_graphrun"
 TASK_TABLE = "tasksapp_taskrun"
 
@@ -48,15 +46,6 @@ WHERE id = %s AND state = 'ready'
 
 GRAPH_VALUES = f'UPDATE {GRAPH_TABLE} SET "values" = %s{{jsonb}} WHERE id = %s'
 
-# One child job per released task, with the fields job_schedule would store.
-JOBS_INSERT = f"""
-INSERT INTO {JOB_TABLE} (handler, payload, run_at, state, attempts, max_attempts,
-    retry_policy, delivery, idempotency_key, lease_token, claimed_by, last_error, errors)
-VALUES {{rows}}
-RETURNING id, idempotency_key
-"""
-JOB_ROW = "(%s, %s{jsonb}, %s, 'scheduled', 0, %s, %s{jsonb}, %s, %s, 0, '', '', '[]'{jsonb})"
-
 TASKS_RELEASE = f"""
 UPDATE {TASK_TABLE}
 SET state = 'ready', released_at = %s, job_id = CASE id {{cases}} END
@@ -74,8 +63,8 @@ def statement(template: str, **parts: str) -> str:
     return template.format(**_vendor_parts(connection.vendor), **parts)
 
 
-def placeholders(count: int, row: str = "%s") -> str:
-    return ", ".join([statement(row)] * count)
+def placeholders(count: int) -> str:
+    return ", ".join(["%s"] * count)
 
 
 def dumps(value: Any) -> str:

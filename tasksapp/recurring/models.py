@@ -1,4 +1,5 @@
-"""Probabilistic planning (seed 000): members, recurring tasks and planned slices.
+"""Probabilistic sub-interval planning (golden-ratio / random phases): members, recurring
+tasks and planned slices.
 
 A member's `phase` in [0, 1) is given once, at creation. A recurring task with period T,
 epoch E and S slices runs occurrence k for the member at E + (k + phase) × T; the planner

@@ -5,7 +5,8 @@
   lengths, so the load is as even as it can be for every member count. A deleted member's
   ordinal is handed to the next member created, so the set of ordinals in use stays a
   prefix and the evenness survives churn; nobody else's phase ever changes.
-- ``random``: a uniform random number, as in the seed. Even only on average: per second,
+- ``random``: a uniform random number, as the probabilistic planning
+  article proposes. Even only on average: per second,
   the busiest bucket of a day is several times the mean.
 
 Also here: the load profile of a set of phases, used by tests and the benchmark.

@@ -7,9 +7,9 @@ in `slices` slices. Then, for a member with phase p in [0, 1):
 - slice s of period k holds the members with  s/S ≤ p < (s+1)/S, so it covers the time
   window  [period_start(k) + ⌊s/S × period⌋, period_start(k) + ⌊(s+1)/S × period⌋).
 
-With the seed's notation (epoch E, first = 0): occurrence k at E + (k + p) × T. The time
-between two occurrences of one member is exactly one period, and no member's time
-depends on any other member.
+In the probabilistic planning article's notation (epoch E, first = 0): occurrence k at
+E + (k + p) × T. The time between two occurrences of one member is exactly one period,
+and no member's time depends on any other member.
 
 A task's schedule is its current grid and, after a change of period or slice count, the
 grid that takes over at a later period boundary (`pending`). Period numbers continue

@@ -1,13 +1,12 @@
 """Named, hand-written statements of the planner (PostgreSQL).
 
-PLAN_MEMBERS is the whole cost of planning a slice: one range scan of the partial index
-`member_active_phase_idx` and one set-based insert, proportional to the slice, not to all
-members. Its run time is the float8 product and floor of `phase_offset`, so Python and
-SQL agree to the microsecond. Re-running it is harmless: a job's idempotency key is
-`plan:<task>:<period>:<member>`, and conflicts are skipped.
+MEMBER_SLICE is the planner's half of planning a slice: one range scan of the partial
+index `member_active_phase_idx`, proportional to the slice, not to all members; the job
+store inserts its jobs from it in the same statement. Its run time is the float8 product
+and floor of `phase_offset`, so Python and SQL agree to the microsecond. Re-running it is
+harmless: a job's idempotency key is `plan:<task>:<period>:<member>`, and conflicts are
+skipped.
 """
-
-from tasksapp.engine.sql import JOB_TABLE
 
 MEMBER_TABLE = "tasksapp_member"
 TASK_TABLE = "tasksapp_recurringtask"
@@ -15,34 +14,15 @@ TASK_TABLE = "tasksapp_recurringtask"
 # Serialises ordinal allocation (the lowest free ordinal first), per transaction.
 ORDINAL_LOCK_CLASS = 7_316_010
 
-PLAN_MEMBERS = f"""
-WITH slice AS (
+# The active members of one phase range of a slice (only `member_ids`, if not NULL), and
+# when each runs in the slice's period.
+MEMBER_SLICE = f"""
     SELECT m.id,
            %(period_start)s::timestamptz
                + floor(m.phase * %(period_us)s::float8) * interval '1 microsecond' AS run_at
     FROM {MEMBER_TABLE} m
     WHERE m.active AND m.phase >= %(phase_from)s AND m.phase < %(phase_to)s
-      AND (%(member_ids)s::bigint[] IS NULL OR m.id = ANY(%(member_ids)s::bigint[]))
-), planned AS (
-    INSERT INTO {JOB_TABLE} (handler, payload, run_at, state, attempts, max_attempts,
-                             retry_policy, delivery, time_limit, idempotency_key,
-                             lease_token, claimed_by, last_error, errors)
-    SELECT %(handler)s::text,
-           %(payload)s::jsonb || jsonb_build_object(
-               'member_id', slice.id, 'recurring_task_id', %(task_id)s::bigint,
-               'occurrence', %(period)s::bigint),
-           slice.run_at, 'scheduled', 0, %(max_attempts)s::integer, %(retry_policy)s::jsonb,
-           %(delivery)s::text, %(time_limit)s::float8, %(key_prefix)s::text || slice.id, 0,
-           '', '', '[]'::jsonb
-    FROM slice
-    WHERE slice.run_at >= %(not_before)s
-    ORDER BY slice.run_at
-    ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM planned),
-       (SELECT count(*) FROM slice WHERE slice.run_at < %(not_before)s)
-"""
+      AND (%(member_ids)s::bigint[] IS NULL OR m.id = ANY(%(member_ids)s::bigint[]))"""
 
 # Members being created, deleted or (de)activated hold this while they look at planned
 # slices; planning a slice holds FOR UPDATE on its task. So a member either is seen by

@@ -3,6 +3,9 @@ change that has a service made through it (admin actions and saves are adapters)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
@@ -13,7 +16,13 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 
 from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, WorkerProcess
-from tasksapp.engine.services import JobInputError
+from tasksapp.engine.options import (
+    JOB_OPTION_FIELDS,
+    JobOptions,
+    JobOptionsError,
+    validated_handler,
+    validated_payload,
+)
 from tasksapp.recurring.models import FreeOrdinal, Member, RecurringTask, SlicePlan
 from tasksapp.recurring.services import (
     PlanningInputError,
@@ -24,8 +33,8 @@ from tasksapp.recurring.services import (
 )
 from tasksapp.web.models import OperatorAction
 from tasksapp.web.operators import (
+    ACTION_REFUSALS,
     PERM_OPERATE,
-    OperatorPermissionError,
     job_cancel_audited,
     job_retry_audited,
     job_run_now_audited,
@@ -62,16 +71,32 @@ class OperateMixin:
     def has_operate_permission(self, request) -> bool:
         return request.user.has_perm(PERM_OPERATE)
 
-    def _each(self, request, items, service, done: str, **ids) -> None:
+
+def _operator_action(service, description: str, done: str, **ids: Callable[[Any], Any]):
+    """An admin action that runs the audited `service` on each selected row, its
+    arguments taken from the row by `ids`. A refused row is a warning; the others go on."""
+
+    @admin.action(description=description, permissions=["operate"])
+    def action(modeladmin, request, queryset) -> None:
         ok = 0
-        for item in items:
+        for item in queryset:
             try:
                 service(user=request.user, via=VIA, **{k: f(item) for k, f in ids.items()})
                 ok += 1
-            except (JobInputError, PlanningInputError, OperatorPermissionError) as exc:
-                self.message_user(request, str(exc), messages.WARNING)
+            except ACTION_REFUSALS as exc:
+                modeladmin.message_user(request, str(exc), messages.WARNING)
         if ok:
-            self.message_user(request, done.format(count=ok), messages.SUCCESS)
+            modeladmin.message_user(request, done.format(count=ok), messages.SUCCESS)
+
+    return action
+
+
+def _pk(obj) -> int:
+    return obj.pk
+
+
+def _same(obj):
+    return obj
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -122,25 +147,15 @@ class JobAdmin(OperateMixin, admin.ModelAdmin):
         "result",
     ]
 
-    @admin.action(description="Retry selected jobs now", permissions=["operate"])
-    def retry_jobs(self, request, queryset):
-        self._each(request, queryset, job_retry_audited, "{count} job(s) retried.", job_id=_pk)
-
-    @admin.action(description="Cancel selected jobs", permissions=["operate"])
-    def cancel_jobs(self, request, queryset):
-        self._each(request, queryset, job_cancel_audited, "{count} job(s) cancelled.", job_id=_pk)
-
-    @admin.action(description="Run selected jobs now", permissions=["operate"])
-    def run_jobs_now(self, request, queryset):
-        self._each(request, queryset, job_run_now_audited, "{count} job(s) due now.", job_id=_pk)
-
-
-def _pk(obj) -> int:
-    return obj.pk
-
-
-def _same(obj):
-    return obj
+    retry_jobs = _operator_action(
+        job_retry_audited, "Retry selected jobs now", "{count} job(s) retried.", job_id=_pk
+    )
+    cancel_jobs = _operator_action(
+        job_cancel_audited, "Cancel selected jobs", "{count} job(s) cancelled.", job_id=_pk
+    )
+    run_jobs_now = _operator_action(
+        job_run_now_audited, "Run selected jobs now", "{count} job(s) due now.", job_id=_pk
+    )
 
 
 class MemberForm(forms.ModelForm):
@@ -176,15 +191,18 @@ class MemberAdmin(OperateMixin, admin.ModelAdmin):
         for member in queryset:
             member_delete(member=member)
 
-    @admin.action(description="Deactivate selected members", permissions=["operate"])
-    def deactivate_members(self, request, queryset):
-        done = "{count} member(s) deactivated."
-        self._each(request, queryset, member_deactivate_audited, done, member=_same)
-
-    @admin.action(description="Activate selected members", permissions=["operate"])
-    def activate_members(self, request, queryset):
-        done = "{count} member(s) activated."
-        self._each(request, queryset, member_activate_audited, done, member=_same)
+    deactivate_members = _operator_action(
+        member_deactivate_audited,
+        "Deactivate selected members",
+        "{count} member(s) deactivated.",
+        member=_same,
+    )
+    activate_members = _operator_action(
+        member_activate_audited,
+        "Activate selected members",
+        "{count} member(s) activated.",
+        member=_same,
+    )
 
 
 class _DryRun(Exception):
@@ -192,8 +210,9 @@ class _DryRun(Exception):
 
 
 class RecurringTaskForm(forms.ModelForm):
-    """Saved through recurring_task_create / _update; `clean` runs the service once in a
-    transaction it rolls back, so the service's refusal shows as a form error."""
+    """Saved through recurring_task_create / _update. `clean` shows a bad job option on its
+    field, with the engine's message; then it runs the service once in a transaction it
+    rolls back, so the service's refusal of the schedule shows as a form error."""
 
     class Meta:
         model = RecurringTask
@@ -201,10 +220,7 @@ class RecurringTaskForm(forms.ModelForm):
             "name",
             "handler",
             "payload",
-            "max_attempts",
-            "retry_policy",
-            "delivery",
-            "time_limit",
+            *JOB_OPTION_FIELDS,
             "epoch",
             "period",
             "slices",
@@ -221,6 +237,8 @@ class RecurringTaskForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
+        if not self.errors:
+            self._check_job_options(cleaned)
         if self.errors:
             return cleaned
         try:
@@ -232,6 +250,14 @@ class RecurringTaskForm(forms.ModelForm):
         except PlanningInputError as exc:
             raise ValidationError(str(exc)) from exc
         return cleaned
+
+    def _check_job_options(self, cleaned: dict) -> None:
+        try:
+            validated_handler(cleaned["handler"])
+            JobOptions.validated(**{name: cleaned[name] for name in JOB_OPTION_FIELDS})
+            validated_payload(cleaned["payload"])
+        except JobOptionsError as exc:
+            self.add_error(exc.field, str(exc))
 
 
 @admin.register(RecurringTask)
@@ -272,15 +298,15 @@ class RecurringTaskAdmin(OperateMixin, admin.ModelAdmin):
             entry.last_run_at or "never",
         )
 
-    @admin.action(description="Pause selected tasks", permissions=["operate"])
-    def pause_tasks(self, request, queryset):
-        done = "{count} task(s) paused."
-        self._each(request, queryset, recurring_task_pause_audited, done, task_id=_pk)
-
-    @admin.action(description="Resume selected tasks", permissions=["operate"])
-    def resume_tasks(self, request, queryset):
-        done = "{count} task(s) resumed."
-        self._each(request, queryset, recurring_task_resume_audited, done, task_id=_pk)
+    pause_tasks = _operator_action(
+        recurring_task_pause_audited, "Pause selected tasks", "{count} task(s) paused.", task_id=_pk
+    )
+    resume_tasks = _operator_action(
+        recurring_task_resume_audited,
+        "Resume selected tasks",
+        "{count} task(s) resumed.",
+        task_id=_pk,
+    )
 
 
 @admin.register(SlicePlan)

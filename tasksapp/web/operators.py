@@ -15,9 +15,14 @@ from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
 from tasksapp.engine.models import Job
-from tasksapp.engine.services import job_cancel, job_retry, job_run_now
+from tasksapp.engine.services import JobInputError, job_cancel, job_retry, job_run_now
 from tasksapp.recurring.models import Member, RecurringTask
-from tasksapp.recurring.services import member_activate, member_deactivate, recurring_task_update
+from tasksapp.recurring.services import (
+    PlanningInputError,
+    member_activate,
+    member_deactivate,
+    recurring_task_update,
+)
 from tasksapp.web.models import OperatorAction
 
 ROLE_VIEWER = "viewer"
@@ -47,6 +52,10 @@ ERR_TASK_NOT_FOUND = "recurring task {task_id} does not exist."
 
 class OperatorPermissionError(PermissionError):
     """The user may look but not act."""
+
+
+# What an action may be refused with; every entry point shows the message to the operator.
+ACTION_REFUSALS = (JobInputError, PlanningInputError, OperatorPermissionError)
 
 
 def roles_ensure() -> None:
@@ -117,8 +126,6 @@ def job_run_now_audited(*, user: Any, job_id: int, via: str) -> Job:
 
 
 def _task_active_audited(*, user: Any, task_id: int, via: str, active: bool) -> RecurringTask:
-    from tasksapp.recurring.services import PlanningInputError
-
     _require_operator(user)
     with transaction.atomic():
         task = RecurringTask.objects.filter(id=task_id).first()

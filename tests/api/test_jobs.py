@@ -8,7 +8,9 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from tasksapp.engine.handlers import ERR_HANDLER_PATH
 from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.retry import ERR_POLICY_TYPE
 from tasksapp.web.models import OperatorAction
 from tests.dashboard.fixtures import HANDLER, api_client_for, make_job
 
@@ -102,6 +104,14 @@ def test_bad_input_is_400_with_field_errors(operator_api, data, field, text):
     errors = response.json()
     assert field in errors, errors
     assert text in " ".join(errors[field])
+    assert not Job.objects.exists()
+
+
+def test_every_bad_job_option_is_a_field_error_with_the_engines_message(operator_api):
+    data = {"handler": "nodots", "run_at": _when(), "retry_policy": "fast"}
+    response = operator_api.post(JOBS, data, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"handler": [ERR_HANDLER_PATH], "retry_policy": [ERR_POLICY_TYPE]}
     assert not Job.objects.exists()
 
 

@@ -11,12 +11,15 @@ from django.urls import reverse
 from django.utils import timezone
 
 from tasksapp.engine.models import JobState
+from tasksapp.engine.options import ERR_MAX_ATTEMPTS
+from tasksapp.engine.retry import ERR_POLICY_DELAYS
 from tasksapp.recurring.models import Member, RecurringTask
 from tasksapp.recurring.services import member_create, recurring_task_create
 from tasksapp.web.models import OperatorAction
 from tests.dashboard.fixtures import HANDLER, make_job
 
 pytestmark = pytest.mark.django_db
+NOT_CALLABLE = "handler 'tests.handlers.recording.NOT_CALLABLE' is not callable."
 
 MODELS = [
     "job",
@@ -145,6 +148,25 @@ def test_recurring_task_refused_by_the_service_shows_its_message(admin_client):
     )
     assert response.status_code == 200
     assert "a slice must last at least 1 minute" in response.content.decode()
+    assert not RecurringTask.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_attempts", "1001", ERR_MAX_ATTEMPTS),
+        ("retry_policy", '{"delays": []}', ERR_POLICY_DELAYS),
+        ("handler", "tests.handlers.recording.NOT_CALLABLE", NOT_CALLABLE),
+    ],
+)
+def test_recurring_task_with_a_bad_job_option_shows_it_on_the_field(
+    admin_client, field, value, message
+):
+    response = admin_client.post(
+        reverse("admin:tasksapp_recurringtask_add"), _task_form(**{field: value})
+    )
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors == {field: [message]}
     assert not RecurringTask.objects.exists()
 
 

@@ -84,10 +84,11 @@ def test_holds_a_future_job_until_its_run_time(loops, publisher, fast):
     job = schedule(0.4)
     loop = loops("d1", publisher)
     loop.step(wait=False)
-    assert job.id in loop.wheel and publisher.claims == []
+    assert job.id in loop.source.wheel and publisher.claims == []
     run_until(lambda: publisher.claims, loop)
     claimed_at = Job.objects.get(id=job.id).claimed_at
-    lead = dt.timedelta(milliseconds=loop.lead_ms + 2)  # claimed just ahead, never started
+    # Claimed just ahead, never started.
+    lead = dt.timedelta(milliseconds=loop.settings.dispatch_lead_ms + 2)
     assert claimed_at >= job.run_at - lead
     assert claimed_at <= job.run_at + dt.timedelta(milliseconds=100)
 
@@ -109,9 +110,9 @@ def test_a_cancelled_job_leaves_the_wheel(loops, publisher, fast):
     job = schedule(0.5)
     loop = loops("d1", publisher)
     loop.step(wait=False)
-    assert job.id in loop.wheel
+    assert job.id in loop.source.wheel
     Job.objects.filter(id=job.id).update(state=JobState.CANCELLED)
-    run_until(lambda: job.id not in loop.wheel, loop)
+    run_until(lambda: job.id not in loop.source.wheel, loop)
 
 
 def test_two_dispatchers_split_the_partitions_and_never_race(loops, fast):
@@ -140,7 +141,7 @@ def test_a_survivor_takes_over_the_partitions_of_a_dead_dispatcher(loops, fast):
 def test_stop_hands_everything_back(loops, publisher, fast):
     job = schedule(30)
     loop = loops("d1", publisher)
-    run_until(lambda: job.id in loop.wheel, loop)
+    run_until(lambda: job.id in loop.source.wheel, loop)
     loop.stop()
     assert Job.objects.get(id=job.id).state == JobState.SCHEDULED
     record = Dispatcher.objects.get(name="d1")
@@ -180,7 +181,7 @@ def test_backpressure_holds_due_jobs_until_the_queue_drains(loops, fast):
     loop = loops("d1", broker)
     for _ in range(5):
         loop.step(wait=True)
-    assert broker.claims == [] and job.id in loop.ready
+    assert broker.claims == [] and job.id in loop.source.ready
     assert Job.objects.get(id=job.id).state == JobState.SCHEDULED  # not claimed meanwhile
     broker.waiting = 0
     run_until(lambda: broker.claims, loop)
@@ -192,12 +193,12 @@ def test_a_burst_larger_than_one_poll_page_is_fetched_in_pages(loops, publisher,
     run_at = timezone.now() + dt.timedelta(seconds=20, microseconds=654_321)
     ids = [job_schedule(handler=HANDLER, run_at=run_at).id for _ in range(120)]
     loop = loops("d1", publisher)
-    run_until(lambda: len(loop.wheel) == 120, loop)
+    run_until(lambda: len(loop.source.wheel) == 120, loop)
     for _ in range(10):
         loop.step(wait=False)
     polls = sum(DispatcherCounter.objects.filter(dispatcher="d1").values_list("polls", flat=True))
     assert polls <= 4  # three pages and a final short one, not a loop over the first page
-    assert set(loop.wheel.keys()) == set(ids)
+    assert set(loop.source.wheel.keys()) == set(ids)
 
 
 def test_a_dead_peer_is_noticed_at_once_not_at_the_next_round(loops, settings):

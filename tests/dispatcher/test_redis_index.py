@@ -181,7 +181,7 @@ def schedule(seconds_from_now: float) -> Job:
 @pytest.mark.django_db(transaction=True)
 def test_redis_mode_builds_the_index_then_claims_from_it(loop):
     early = schedule(0.3)
-    run_until(lambda: len(loop.redis_mode.indexed) == 16, loop)
+    run_until(lambda: len(loop.source.indexed) == 16, loop)
     assert Dispatcher.objects.get(name="r1").dispatch_mode == "redis"
     late = schedule(0.5)  # announced by NOTIFY, indexed by the owner
     cancelled = schedule(0.4)
@@ -190,32 +190,32 @@ def test_redis_mode_builds_the_index_then_claims_from_it(loop):
     time.sleep(0.3)
     loop.step(wait=True)
     assert sorted(c[0] for c in loop.publisher.claims) == sorted([early.id, late.id])
-    index = loop.redis_mode.index
+    index = loop.source.index
     assert all(index.client.zcard(index.key("due", p)) == 0 for p in range(16))
     assert all(index.client.zcard(index.key("inflight", p)) == 0 for p in range(16))
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_lost_index_falls_back_to_polling_and_is_rebuilt(loop):
-    run_until(lambda: len(loop.redis_mode.indexed) == 16, loop)
-    index = loop.redis_mode.index
+    run_until(lambda: len(loop.source.indexed) == 16, loop)
+    index = loop.source.index
     for key in index.client.scan_iter(f"{index.prefix}*"):
         index.client.delete(key)  # this prefix's FLUSHALL
     job = schedule(0.5)
     run_until(lambda: loop.publisher.claims, loop)
     assert [c[0] for c in loop.publisher.claims] == [job.id]
-    run_until(lambda: len(loop.redis_mode.indexed) == 16, loop)
+    run_until(lambda: len(loop.source.indexed) == 16, loop)
     assert index.client.get(index.key("generation")) is not None
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_stale_member_is_dropped_by_the_fenced_claim(loop):
-    run_until(lambda: len(loop.redis_mode.indexed) == 16, loop)
+    run_until(lambda: len(loop.source.indexed) == 16, loop)
     job = schedule(-1)
     run_until(lambda: loop.publisher.claims, loop)
-    index = loop.redis_mode.index
+    index = loop.source.index
     index.add_many([(job.id % 16, job.id, 1000)])  # the row is claimed, not scheduled
-    loop.redis_mode.next_take = 0.0
+    loop.source.next_take = 0.0
     loop.step(wait=False)
     assert len(loop.publisher.claims) == 1
     assert index.client.zcard(index.key("due", job.id % 16)) == 0
@@ -227,14 +227,14 @@ def test_a_new_owner_serves_handed_over_shards_from_the_index(redis_mode):
     first.start()
     second = DispatcherLoop(name="r2", publisher=RecordingPublisher())
     try:
-        run_until(lambda: len(first.redis_mode.indexed) == 16, first)
+        run_until(lambda: len(first.source.indexed) == 16, first)
         jobs = [schedule(1.5) for _ in range(8)]
         second.start()
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and len(second.redis_mode.indexed) < 8:
+        while time.monotonic() < deadline and len(second.source.indexed) < 8:
             first.step(wait=True)  # notifications are read while waiting
             second.step(wait=True)
-        assert len(first.redis_mode.indexed) == len(second.redis_mode.indexed) == 8
+        assert len(first.source.indexed) == len(second.source.indexed) == 8
         deadline = time.monotonic() + 5
         claims = []
         while time.monotonic() < deadline and len(claims) < len(jobs):

@@ -29,7 +29,7 @@ def daily(slices: int = 4) -> Schedule:
     return Schedule(Grid(EPOCH, 0, DAY, slices))
 
 
-def test_the_seeds_example_times():
+def test_the_probabilistic_planning_articles_example_times():
     """Phases 0.2, 0.45, 0.77, 0.84 of a day: 04:48, 10:48, 18:28:48, 20:09:36."""
     grid = Grid(EPOCH, 0, DAY, 1)
     times = [grid.occurrence(0, p).time() for p in (0.2, 0.45, 0.77, 0.84)]

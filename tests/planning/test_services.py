@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from tasksapp.engine.models import Job, JobState
 from tasksapp.engine.services import job_cancel
+from tasksapp.engine.store import PostgresJobStore, SqliteJobStore
 from tasksapp.recurring.models import FreeOrdinal, Member, RecurringTask, SlicePlan
 from tasksapp.recurring.phases import golden_phase
 from tasksapp.recurring.schedule import slice_of
@@ -520,3 +521,34 @@ def test_cancelled_job_keys_are_never_planned_twice(planning):
     SlicePlan.objects.filter(task=task).delete()
     plan_due_slices()
     assert jobs_of(created[0]).filter(payload__occurrence=job.payload["occurrence"]).count() == 1
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="compares with PostgreSQL's")
+@pytest.mark.parametrize("only_some", [False, True], ids=["slice", "some-members"])
+def test_the_orm_store_plans_the_same_jobs_as_the_statement(planning, monkeypatch, only_some):
+    created = members(60)
+    task = make_task(slices=2, payload={"service": "foo"}, time_limit=30)
+    plan = SlicePlan.objects.create(
+        task=task,
+        period=0,
+        slice_index=0,
+        slices=2,
+        period_start=task.epoch,
+        period_length=DAY,
+        starts_at=task.epoch,
+        ends_at=task.epoch + DAY / 2,
+    )
+    chosen = [m.id for m in created[::3]] if only_some else None
+    not_before = task.epoch + dt.timedelta(hours=5)  # the earliest members are missed
+
+    def planned_with(store):
+        monkeypatch.setattr(slice_svc, "job_store", lambda: store)
+        counts = slice_svc.plan_members(plan, not_before=not_before, member_ids=chosen)
+        fields = ("idempotency_key", "run_at", "payload", "retry_policy", "time_limit", "state")
+        jobs = sorted(Job.objects.values_list(*fields))
+        Job.objects.all().delete()
+        return counts, jobs
+
+    by_statement = planned_with(PostgresJobStore())
+    assert by_statement[0][0] > 0 and by_statement[0][1] > 0
+    assert planned_with(SqliteJobStore()) == by_statement

@@ -1,5 +1,6 @@
-"""The dispatcher: poll ahead, hold due jobs in a timing wheel, claim them at run time in
-one statement, publish the claimed ids to Celery.
+"""The dispatcher: learn from its due source which jobs of its partitions are due (the
+database: poll ahead and a timing wheel; or the Redis due index), claim them at run time
+in one statement, publish the claimed ids to Celery.
 
 `step()` is one turn of the loop; `run()` repeats it until SIGTERM/SIGINT. Tests drive
 `step()` directly, production runs `run()` (`manage.py dispatcher`).
@@ -7,7 +8,6 @@ one statement, publish the claimed ids to Celery.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import math
 import os
@@ -17,19 +17,19 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from django.conf import settings
 from django.db import DatabaseError, InterfaceError, connection
 from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from tasksapp.engine import sql
 from tasksapp.engine.dispatcher.coordination import REBALANCE, LocalCoordinator, PostgresCoordinator
-from tasksapp.engine.dispatcher.wheel import TimingWheel
+from tasksapp.engine.dispatcher.sources.base import DispatchContext, DueSource
+from tasksapp.engine.dispatcher.sources.database import DatabaseSource
 from tasksapp.engine.models import Dispatcher, DispatcherCounter
 from tasksapp.engine.runtime import freeze_startup_heap
 from tasksapp.engine.sessions import use_engine_sessions
-from tasksapp.engine.transitions import Claim, job_claim_due, job_poll_due, job_reap_expired
+from tasksapp.engine.settings import TempoSettings
+from tasksapp.engine.transitions import Claim, job_claim_due, job_reap_expired
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +46,16 @@ COUNTER_FIELDS = (
 )
 HEARTBEAT_SECONDS = 10.0
 MAX_WAIT_SECONDS = 0.1  # wake up this often to notice signals (no query is made)
-BACKPRESSURE_RETRY_MS = 10
 
 
 class CeleryPublisher:
     """Sends claimed batches to the workers' queue and reports its backlog."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, queue: str) -> None:
         from schedapp.celery import app
 
         self.app = app
-        self.queue = settings.TEMPO["QUEUE"]
+        self.queue = queue
 
     def __call__(self, batches: list[list[list[int]]]) -> None:
         from celery.utils import uuid
@@ -108,45 +107,40 @@ def split_batches(
 
 
 class DispatcherLoop:
-    def __init__(self, *, name: str | None = None, publisher=None) -> None:
-        cfg = settings.TEMPO
-        self.cfg = cfg
+    def __init__(
+        self, *, name: str | None = None, publisher=None, settings: TempoSettings | None = None
+    ) -> None:
+        self.settings = settings or TempoSettings.load()
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.partitions = cfg["PARTITIONS"]
-        # Claim this much before run_at so the message is at a worker when the time comes;
-        # the worker waits, and the start is guarded by run_at <= the database clock.
-        self.lead_ms = int(cfg["DISPATCH_LEAD_MS"])
-        self.publisher = publisher or CeleryPublisher()
-        self.ready: dict[int, int] = {}  # due, not yet claimed (held back by backpressure)
+        self.partitions = self.settings.partitions
+        self.publisher = publisher or CeleryPublisher(queue=self.settings.queue)
         self.uses_notify = connection.vendor == "postgresql"
-        if self.uses_notify and cfg["LOOKAHEAD_SECONDS"] > sql.NOTIFY_WINDOW_SECONDS:
-            raise ValueError(
-                "TEMPO_LOOKAHEAD_SECONDS must not exceed the notify window "
-                f"({sql.NOTIFY_WINDOW_SECONDS} s)"
-            )
-        self.wheel = TimingWheel(start_ms=int(time.time() * 1000))
+        self.settings.check_dispatch(listen_notify=self.uses_notify)
         self.counters: Counter[str] = Counter()
         self.stopping = False
         self.coordinator: PostgresCoordinator | LocalCoordinator | None = None
         self.record: Dispatcher | None = None
-        self.redis_mode = self._redis_mode(cfg["DISPATCH_MODE"])
+        self.source = self._due_source()
         self._reset_schedule()
 
-    def _redis_mode(self, mode: str):
-        if mode not in ("database", "redis"):
-            raise ValueError(f"TEMPO_DISPATCH_MODE must be database or redis, not {mode!r}")
-        if mode == "database":
-            return None
-        if not self.uses_notify:
-            raise ValueError("TEMPO_DISPATCH_MODE=redis needs PostgreSQL (LISTEN/NOTIFY)")
-        from tasksapp.engine.dispatcher.redis_mode import RedisMode
+    def _due_source(self) -> DueSource:
+        context = DispatchContext(
+            name=self.name,
+            settings=self.settings,
+            counters=self.counters,
+            flush_counters=self._flush_counters,
+            now_ms=self.now_ms,
+            owned=self._owned,
+            room_for=self._room_for,
+            claim_and_publish=self.claim_and_publish,
+        )
+        if self.settings.dispatch_mode == "database":
+            return DatabaseSource(context, listen_notify=self.uses_notify)
+        from tasksapp.engine.dispatcher.sources.redis import RedisIndexSource
 
-        return RedisMode(self)
+        return RedisIndexSource(context)
 
     def _reset_schedule(self) -> None:
-        self.horizon_ms = -math.inf  # every pending owned job due before this is held
-        self.cursor: tuple[dt.datetime, int] | None = None  # keyset of a paged poll
-        self.next_poll = 0.0
         self.next_coordination = 0.0
         self.next_heartbeat = 0.0
         self.next_reap: float | None = 0.0
@@ -162,8 +156,7 @@ class DispatcherLoop:
                 "started_at": timezone.now(),
                 "stopped_at": None,
                 "partitions": [],
-                # Redis mode starts on polling while it checks (or builds) the index.
-                "dispatch_mode": "database" if self.redis_mode is None else "redis-fallback",
+                "dispatch_mode": self.source.initial_mode,
             },
         )
         kind = PostgresCoordinator if self.uses_notify else LocalCoordinator
@@ -197,8 +190,7 @@ class DispatcherLoop:
     def stop(self) -> None:
         """Hand back everything held: unclaimed timers are dropped (they stay `scheduled`
         in the database), partition locks are released with the session."""
-        self.wheel = TimingWheel(start_ms=int(time.time() * 1000))
-        self.ready = {}
+        self.source.forget()
         if self.coordinator is not None:
             self.coordinator.close()
         try:
@@ -217,11 +209,7 @@ class DispatcherLoop:
             self._ensure_connected()
             if self.now_ms() >= self.next_coordination:
                 self._coordinate()
-            if self.redis_mode is not None:
-                self.redis_mode.step()
-            if self.now_ms() >= self.next_poll:
-                self._poll()
-            self._dispatch_due()
+            self.source.step()
             if self.next_reap is not None and self.now_ms() >= self.next_reap:
                 self._reap()
             if self.now_ms() >= self.next_heartbeat:
@@ -236,6 +224,7 @@ class DispatcherLoop:
         if not self.coordinator.connected:
             self.coordinator.connect()
             self._reset_schedule()
+            self.source.reconnected()
 
     def _recover(self, exc: BaseException) -> None:
         """Database trouble: drop the session (and with it our partitions), forget what we
@@ -247,97 +236,38 @@ class DispatcherLoop:
             except Exception:
                 log.debug("closing the coordination session failed", exc_info=True)
         connection.close()
-        self.wheel = TimingWheel(start_ms=int(time.time() * 1000))
-        self.ready = {}
-        if self.redis_mode is not None:
-            self.redis_mode.reset()
+        self.source.forget()
         time.sleep(1.0)
 
     def _coordinate(self) -> None:
         assert self.coordinator is not None
         change = self.coordinator.rebalance()
         if change.released:
-            self.drop_held(set(change.released))
-            if self.redis_mode is not None:
-                self.redis_mode.released(change.released)
+            self.source.released(change.released)
         if change.gained:
             log.info("dispatcher %s: took partitions %s", self.name, change.gained)
-            self.horizon_ms, self.cursor, self.next_poll = -math.inf, None, 0.0
             self.next_reap = 0.0  # orphans of a dead owner
-            if self.redis_mode is not None:
-                self.redis_mode.gained(change.gained)
-        self.next_coordination = self.now_ms() + self.cfg["COORDINATION_SECONDS"] * 1000
-
-    def drop_held(self, partitions: set[int]) -> None:
-        """Forget the timers of these partitions (released, or served by the index)."""
-        self.wheel.remove_where(lambda key: key % self.partitions in partitions)
-        self.ready = {k: v for k, v in self.ready.items() if k % self.partitions not in partitions}
-
-    def _poll(self) -> None:
-        owned = self._owned()
-        if self.redis_mode is not None:
-            owned = self.redis_mode.polled(owned)
-        if not owned:
-            self.next_poll = self.now_ms() + self.cfg["POLL_INTERVAL_SECONDS"] * 1000
-            return
-        limit = self.cfg["POLL_LIMIT"]
-        now = self.now_ms()
-        rows = job_poll_due(
-            lookahead=self.cfg["LOOKAHEAD_SECONDS"],
-            partitions=self.partitions,
-            owned=owned,
-            limit=limit,
-            after=self.cursor,
-        )
-        self.counters.update(polls=1, statements=1, rows_fetched=len(rows))
-        self._flush_counters()  # scored events are written at once: a SIGKILL loses none
-        for row in rows:
-            self.wheel.add(row.id, row.run_at_ms - self.lead_ms)
-        if len(rows) >= limit:  # more to page through: continue right after the last row
-            self.cursor = (rows[-1].run_at, rows[-1].id)
-            self.horizon_ms = rows[-1].run_at_ms
-            self.next_poll = now if len(self.wheel) < 4 * limit else now + 1000
-            return
-        self.cursor = None
-        self.horizon_ms = now + self.cfg["LOOKAHEAD_SECONDS"] * 1000
-        interval = self.cfg[
-            "POLL_INTERVAL_SECONDS" if self.uses_notify else "FALLBACK_POLL_SECONDS"
-        ]
-        self.next_poll = now + interval * 1000
-
-    def _dispatch_due(self) -> None:
-        for job_id in self.wheel.pop_due(int(self.now_ms())):
-            self.ready[job_id] = 1
-        if not self.ready:
-            return
-        room = self._room()
-        if room <= 0:
-            return
-        due = list(self.ready)[:room]
-        for job_id in due:
-            del self.ready[job_id]
-        self.claim_and_publish(due)
+            self.source.gained(change.gained)
+        self.next_coordination = self.now_ms() + self.settings.coordination_seconds * 1000
 
     def claim_and_publish(self, due: list[int]) -> None:
         """Claim these ids (fenced: only rows still due are won) and publish the claims."""
-        claims = job_claim_due(ids=due, owner=self.name, ttl=self.cfg["CLAIM_TTL_SECONDS"])
+        ttl = self.settings.claim_ttl_seconds
+        claims = job_claim_due(ids=due, owner=self.name, ttl=ttl)
         self.counters.update(statements=1, claims=len(claims), claims_lost=len(due) - len(claims))
         if len(claims) < len(due):
             self._flush_counters()
         batches = split_batches(
             claims,
-            fanout=self.cfg["FANOUT"],
-            max_batch=self.cfg["MAX_BATCH"],
-            parallelism=self.cfg["BATCH_PARALLELISM"],
+            fanout=self.settings.fanout,
+            max_batch=self.settings.max_batch,
+            parallelism=self.settings.batch_parallelism,
         )
         self.publisher(batches)
         self.counters.update(messages=len(batches))
         if claims:
-            check_at = self.now_ms() + self.cfg["CLAIM_TTL_SECONDS"] * 1000 + 500
+            check_at = self.now_ms() + ttl * 1000 + 500
             self.next_reap = min(self.next_reap or math.inf, check_at)
-
-    def _room(self) -> int:
-        return self._room_for(len(self.ready))
 
     def _room_for(self, wanted: int) -> int:
         """How many due jobs may be claimed now. Claiming faster than the workers start
@@ -346,8 +276,8 @@ class DispatcherLoop:
         backlog = backlog_of() if backlog_of else None
         if backlog is None:
             return wanted
-        free_messages = self.cfg["MAX_QUEUED_MESSAGES"] - backlog
-        return min(wanted, max(0, free_messages) * self.cfg["MAX_BATCH"])
+        free_messages = self.settings.max_queued_messages - backlog
+        return min(wanted, max(0, free_messages) * self.settings.max_batch)
 
     def _reap(self) -> None:
         reaped, next_expiry_ms = job_reap_expired(partitions=self.partitions, owned=self._owned())
@@ -376,16 +306,9 @@ class DispatcherLoop:
 
     def _wait(self) -> None:
         assert self.coordinator is not None
-        deadlines = [self.next_coordination, self.next_poll, self.next_heartbeat]
+        deadlines = [self.next_coordination, self.next_heartbeat, self.source.next_deadline()]
         if self.next_reap is not None:
             deadlines.append(self.next_reap)
-        wheel_next = self.wheel.next_expiration()
-        if wheel_next is not None:
-            deadlines.append(wheel_next)
-        if self.ready:  # held back: look at the queue again shortly
-            deadlines.append(self.now_ms() + BACKPRESSURE_RETRY_MS)
-        if self.redis_mode is not None:
-            deadlines.append(self.redis_mode.next_deadline())
         timeout = min(MAX_WAIT_SECONDS, (min(deadlines) - self.now_ms()) / 1000)
         if timeout <= 0:
             return
@@ -401,13 +324,7 @@ class DispatcherLoop:
         job_id = int(head)
         if job_id % self.partitions not in self._owned_set():
             return
-        if self.redis_mode is not None and self.redis_mode.on_notification(job_id, tail):
-            return  # indexed in Redis
-        if tail == "x":
-            self.wheel.remove(job_id)
-            self.ready.pop(job_id, None)
-        elif int(tail) < self.horizon_ms:
-            self.wheel.add(job_id, int(tail) - self.lead_ms)
+        self.source.announced(job_id, None if tail == "x" else int(tail))
 
     def _owned_set(self) -> set[int]:
         return self.coordinator.owned if self.coordinator else set()

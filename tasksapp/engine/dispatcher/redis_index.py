@@ -1,4 +1,5 @@
-"""The Redis due index (seed 004): which jobs are due, without reading the jobs table.
+"""The Redis due index (sorted sets scored by run time): which jobs are due, without
+reading the jobs table.
 
 PostgreSQL stays the truth; this index only says which ids to try to claim. Keys, under
 a prefix (`TEMPO_INDEX_PREFIX`, default "<queue>:"), one shard per partition (id mod 16):
@@ -11,12 +12,12 @@ a prefix (`TEMPO_INDEX_PREFIX`, default "<queue>:"), one shard per partition (id
 - `return-lock`  held (with expiry) by the one instance returning expired takes
 
 A take moves members from `due` to `inflight` in one Lua script, instead of negating
-their score as the seed does: `inflight` is scored by the lease deadline, so expired
-takes are found with one range query (the seed has to scan negative scores and cannot
-tell a stuck take from a slow one without a second timestamp). The same script refuses
-a shard whose marker is missing or belongs to another generation: an emptied Redis
-(FLUSHALL, restart without persistence, failover) is detected by the very command that
-would have read it.
+their score as the sorted-set scheduler it follows does: `inflight` is scored by the
+lease deadline, so expired takes are found with one range query (negated scores would
+have to be scanned, and could not tell a stuck take from a slow one without a second
+timestamp). The same script refuses a shard whose marker is missing or belongs to
+another generation: an emptied Redis (FLUSHALL, restart without persistence, failover)
+is detected by the very command that would have read it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A hierarchical timing wheel (Kafka's design, seed 002), for the dispatcher's timers.
+"""A hierarchical timing wheel (Kafka's design), for the dispatcher's timers.
 
 - Level 0 has `size` buckets of `tick_ms`; each higher level's tick is the whole span of
   the level below, created only when a timer needs it. Insert and remove are O(1).

@@ -25,7 +25,8 @@ class Dispatcher(models.Model):
 
 
 class DispatcherCounter(models.Model):
-    """Per dispatcher and minute: what the seed's cost score counts, and more."""
+    """Per dispatcher and minute: what the polling-scheduler practice exercise's cost score
+    counts, and more."""
 
     dispatcher = models.CharField(max_length=200)
     minute = models.DateTimeField()

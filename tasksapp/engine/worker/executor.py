@@ -18,10 +18,10 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from enum import Enum, auto
 from queue import Empty, SimpleQueue
 from typing import Any
 
-from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -30,6 +30,7 @@ from tasksapp.engine import retry
 from tasksapp.engine.handlers import HandlerError, JobContext, resolve_handler
 from tasksapp.engine.models import Delivery, WorkerProcess
 from tasksapp.engine.sessions import flush_commits
+from tasksapp.engine.settings import tempo_settings
 from tasksapp.engine.transitions import (
     StartedJob,
     database_time,
@@ -53,6 +54,14 @@ class TimeLimitExceeded(Exception):
     pass
 
 
+class RunOutcome(Enum):
+    """What is left to do after running one job's handler."""
+
+    RECORDED_SUCCESS = auto()  # transactional: the success committed with its effects
+    SUCCESS_TO_RECORD = auto()  # recorded with the batch's other successes, in one statement
+    FAILED = auto()  # its failure is recorded, or its lease was lost and the outcome dropped
+
+
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -61,7 +70,8 @@ class LeaseKeeper:
     """One per process: renews the leases of running jobs and writes a heartbeat."""
 
     def __init__(self) -> None:
-        self.ttl = settings.TEMPO["RUN_LEASE_SECONDS"]
+        self.settings = tempo_settings()
+        self.ttl = self.settings.run_lease_seconds
         self.name = worker_name()
         self._held: dict[int, tuple[int, float | None]] = {}  # id -> (token, deadline)
         self._lock = threading.Lock()
@@ -164,11 +174,12 @@ def execute_batch(claims: Sequence[Sequence[int | float]]) -> int:
         keeper.hold(job)
     try:
         finished_ok: list[tuple[int, int, Any, float]] = []
-        for job, (status, outcome) in zip(started, _run_all(started), strict=True):
-            if status == "pending":
+        results = _run_all(started, parallelism=keeper.settings.batch_parallelism)
+        for job, (status, outcome) in zip(started, results, strict=True):
+            if status is RunOutcome.SUCCESS_TO_RECORD:
                 finished_ok.append(outcome)
             else:
-                keeper.release(job.id, succeeded=status == "succeeded")
+                keeper.release(job.id, succeeded=status is RunOutcome.RECORDED_SUCCESS)
         done = job_succeed(outcomes=finished_ok)
         for job_id, *_ in finished_ok:
             keeper.release(job_id, succeeded=job_id in done)
@@ -183,18 +194,17 @@ _handler_pool: ThreadPoolExecutor | None = None
 _handler_pool_lock = threading.Lock()
 
 
-def _run_all(jobs: list[StartedJob]) -> list[tuple[str, Any]]:
+def _run_all(jobs: list[StartedJob], *, parallelism: int) -> list[tuple[RunOutcome, Any]]:
     """Run a batch's handlers: one after another, or, with TEMPO_BATCH_PARALLELISM = N > 1,
     N side by side: the calling thread and N - 1 pool threads shared by the whole process
     (so a `-c 1` worker never runs more than N handlers at once). The calling thread takes
     its share rather than waiting: one thread hand-off fewer between start and handler."""
-    parallelism = settings.TEMPO["BATCH_PARALLELISM"]
     if parallelism <= 1 or len(jobs) <= 1:
         return [_run_one(job) for job in jobs]
     todo: SimpleQueue[tuple[int, StartedJob]] = SimpleQueue()
     for index, job in enumerate(jobs):
         todo.put((index, job))
-    results: list[tuple[str, Any]] = [("failed", None)] * len(jobs)
+    results: list[tuple[RunOutcome, Any]] = [(RunOutcome.FAILED, None)] * len(jobs)
 
     def drain(run) -> None:
         while True:
@@ -250,7 +260,7 @@ def warm_up() -> None:
 
 def warm_handler_pool() -> None:
     """Open each handler thread's database connection before the first burst needs it."""
-    parallelism = settings.TEMPO["BATCH_PARALLELISM"]
+    parallelism = tempo_settings().batch_parallelism
     if parallelism > 1:
         on_every_pool_thread(_pool(parallelism), warm_up)
 
@@ -264,7 +274,7 @@ def stop_handler_pool() -> None:
             _handler_pool = None
 
 
-def _run_one_in_thread(job: StartedJob) -> tuple[str, Any]:
+def _run_one_in_thread(job: StartedJob) -> tuple[RunOutcome, Any]:
     close_old_connections()  # each pool thread keeps its own healthy connection
     return _run_one(job)
 
@@ -309,8 +319,8 @@ def _context(job: StartedJob) -> JobContext:
     )
 
 
-def _run_one(job: StartedJob) -> tuple[str, Any]:
-    """Run one job: ("succeeded"|"failed", None) when recorded, or ("pending", outcome)
+def _run_one(job: StartedJob) -> tuple[RunOutcome, Any]:
+    """Run one job: (RECORDED_SUCCESS | FAILED, None), or (SUCCESS_TO_RECORD, outcome)
     for a success still to be recorded with the batch."""
     began_ms = None
     try:
@@ -318,8 +328,8 @@ def _run_one(job: StartedJob) -> tuple[str, Any]:
         began_ms = _begin(job)
         if job.delivery == Delivery.TRANSACTIONAL:
             _run_transactional(job, handler, began_ms)
-            return "succeeded", None
-        return "pending", (job.id, job.token, _call(job, handler), began_ms)
+            return RunOutcome.RECORDED_SUCCESS, None
+        return RunOutcome.SUCCESS_TO_RECORD, (job.id, job.token, _call(job, handler), began_ms)
     except LeaseLost:
         log.warning("job %s: lease lost while running; its outcome is discarded", job.id)
     except TimeLimitExceeded as exc:
@@ -328,7 +338,7 @@ def _run_one(job: StartedJob) -> tuple[str, Any]:
         _record_failure(job, str(exc), kind="handler", began_ms=began_ms)
     except Exception as exc:  # the handler's own failure
         _record_failure(job, f"{type(exc).__name__}: {exc}", kind="exception", began_ms=began_ms)
-    return "failed", None
+    return RunOutcome.FAILED, None
 
 
 def _call(job: StartedJob, handler) -> Any:

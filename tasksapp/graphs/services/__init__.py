@@ -1,4 +1,4 @@
-"""Jobs as task graphs (seed 003): scheduling a graph job with its plan, starting it,
+"""Jobs as GraphPlan task graphs: scheduling a graph job with its plan, starting it,
 running each task as a child job of the engine and applying the graph's failure
 strategy. See docs/GRAPHS.md, "Execution".
 

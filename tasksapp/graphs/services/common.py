@@ -4,7 +4,6 @@ and releasing a task (its child job and its TaskRun in one step)."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -16,6 +15,8 @@ from django.utils import timezone
 from tasksapp.engine.models import Delivery
 from tasksapp.engine.retry import validate_policy
 from tasksapp.engine.services import JobInputError
+from tasksapp.engine.store import job_store
+from tasksapp.engine.store.rows import NewJob
 from tasksapp.graphs import sql
 from tasksapp.graphs.models import GraphRun, TaskRun, TaskState
 from tasksapp.graphs.planner import Plan
@@ -29,7 +30,6 @@ ROLLBACK_HANDLER = "tasksapp.graphs.runner.rollback_graph"
 # failed (ERR_WORKER_LOST), so the strategy decides even when a task keeps killing workers.
 TASK_JOB_ATTEMPTS = 5
 TASK_JOB_POLICY = validate_policy({"delays": [0.5, 1.0, 2.0, 5.0]})
-TASK_JOB_POLICY_JSON = json.dumps(TASK_JOB_POLICY)
 ROLLBACK_JOB_ATTEMPTS = 3
 ROLLBACK_JOB_POLICY = {"delays": [1.0, 5.0]}
 
@@ -40,6 +40,7 @@ ERR_WORKER_LOST = "its child job was attempted {lost} times without an outcome (
 ERR_OUTPUT_JSON = "graph task {task!r} returned values that are not JSON-serialisable: {reason}"
 ERR_ROLLBACK_FAILED = "rollback of task {task!r} failed: {error}"
 ERR_RELEASED_TWICE = "graph {graph}: a task to release is not waiting; nothing is released"
+ERR_JOB_EXISTS = "graph {graph}: the child job {key} exists already; nothing is released"
 ERR_REPLAN = "the graph tasks changed since the job was planned, and now: {reason}"
 
 
@@ -124,21 +125,29 @@ def task_job_key(graph, run) -> str:
 
 def task_jobs_create(graph, runs: Sequence, *, run_at: dt.datetime) -> list[int]:
     """The child job of the next run (attempt ``attempts + 1``) of each of ``runs``
-    (anything with ``id``, ``task`` and ``attempts``), in one INSERT with the fields
-    job_schedule would store (like the planner's set-based insert); their ids, in order.
-    The key is unique per graph, task, generation and attempt: a second release of the
-    same run would fail the transaction instead of creating a second job."""
-    params: list[Any] = []
-    for run in runs:
-        payload = {"graph_run_id": graph.id, "task_run_id": run.id, "task": run.task}
-        params += [TASK_HANDLER, sql.dumps(payload), sql.moment(run_at), TASK_JOB_ATTEMPTS]
-        params += [TASK_JOB_POLICY_JSON, Delivery.TRANSACTIONAL, task_job_key(graph, run)]
-    rows = sql.placeholders(len(runs), sql.JOB_ROW)
-    ids = dict(
-        (key, job_id)
-        for job_id, key in sql.fetch_all(sql.statement(sql.JOBS_INSERT, rows=rows), params)
+    (anything with ``id``, ``task`` and ``attempts``), in one insert of the engine's job
+    store; their ids, in order. The key is unique per graph, task, generation and
+    attempt: a second release of the same run raises (failing the transaction) instead
+    of creating a second job."""
+    jobs = [_task_job(graph, run, run_at) for run in runs]
+    ids = {row.idempotency_key: row.id for row in job_store().insert_jobs(jobs)}
+    if len(ids) < len(jobs):
+        taken = next(job.idempotency_key for job in jobs if job.idempotency_key not in ids)
+        raise RuntimeError(ERR_JOB_EXISTS.format(graph=graph.id, key=taken))
+    return [ids[job.idempotency_key] for job in jobs]
+
+
+def _task_job(graph, run, run_at: dt.datetime) -> NewJob:
+    return NewJob(
+        handler=TASK_HANDLER,
+        run_at=run_at,
+        payload={"graph_run_id": graph.id, "task_run_id": run.id, "task": run.task},
+        max_attempts=TASK_JOB_ATTEMPTS,
+        retry_policy=TASK_JOB_POLICY,
+        delivery=Delivery.TRANSACTIONAL,
+        time_limit=None,
+        idempotency_key=task_job_key(graph, run),
     )
-    return [ids[task_job_key(graph, run)] for run in runs]
 
 
 def release(graph, runs: Sequence) -> list[str]:

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from tasksapp.engine.models import Delivery
-from tasksapp.engine.retry import RetryPolicyError, validate_policy
+from tasksapp.engine.options import JobOptionsError, validated_retry_policy
 from tasksapp.engine.services import job_schedule
 from tasksapp.graphs.models import GraphRun, Strategy
 from tasksapp.graphs.planner import PlanningError, graph_plan
@@ -54,12 +54,17 @@ def _bounded(value: Any, *, field: str, low: int, high: int) -> int:
     return value
 
 
-def _validated_options(strategy: Any, task_retry_policy: Any) -> dict[str, Any]:
+def _validated_strategy(strategy: Any) -> str:
     if strategy not in Strategy.values:
         raise GraphInputError(ERR_STRATEGY.format(choices=", ".join(Strategy.values)))
+    return strategy
+
+
+def _validated_task_retry_policy(policy: Any) -> dict[str, Any]:
+    """Delays between reruns of a failed task: a job retry policy, checked as one."""
     try:
-        return validate_policy(task_retry_policy)
-    except RetryPolicyError as exc:
+        return validated_retry_policy(policy)
+    except JobOptionsError as exc:
         raise GraphInputError(str(exc)) from exc
 
 
@@ -91,7 +96,8 @@ def graph_job_schedule(
     ``rollback``.
     """
     has, wants = _validated_has(has), _validated_wants(wants)
-    policy = _validated_options(strategy, task_retry_policy)
+    strategy = _validated_strategy(strategy)
+    policy = _validated_task_retry_policy(task_retry_policy)
     max_restarts = _bounded(max_restarts, field="max_restarts", low=0, high=100)
     max_task_attempts = _bounded(max_task_attempts, field="max_task_attempts", low=1, high=100)
     plan = _planned(has, wants)

@@ -19,6 +19,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
+from tasksapp.engine.settings import TempoSettings
+
 BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 STOP_TIMEOUT_SECONDS = 30
 ANNOUNCE_AFTER_SECONDS = 5.0  # print the URL below the start-up banners of the children
@@ -29,7 +31,7 @@ ERR_CHILD_EXITED = "{name} exited unexpectedly (code {code}); the other processe
 def child_commands(*, port: int) -> dict[str, list[str]]:
     manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
     celery = [sys.executable, "-m", "celery", "-A", "schedapp"]
-    queue = settings.TEMPO["QUEUE"]
+    queue = TempoSettings.load().queue
     return {
         "web": [*manage, "runserver", f"127.0.0.1:{port}", "--noreload"],
         "dispatcher": [*manage, "dispatcher"],

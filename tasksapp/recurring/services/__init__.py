@@ -1,6 +1,6 @@
-"""Probabilistic planning (seed 000): members, recurring tasks, and the planner that turns
-one slice of one period into jobs at a time. Bad input raises PlanningInputError and
-stores nothing.
+"""Probabilistic sub-interval planning (golden-ratio / random phases): members, recurring
+tasks, and the planner that turns one slice of one period into jobs at a time. Bad input
+raises PlanningInputError and stores nothing.
 
 Members and the planner never miss each other. Planning a slice locks its task's row
 FOR UPDATE until it commits; creating, deleting or (de)activating a member first locks

@@ -9,10 +9,14 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from tasksapp.engine.handlers import HandlerError, resolve_handler
 from tasksapp.engine.models import Delivery
-from tasksapp.engine.retry import RetryPolicyError, validate_policy, worst_case_seconds
-from tasksapp.engine.services import JobInputError, _validated_options, _validated_payload
+from tasksapp.engine.options import (
+    JobOptions,
+    JobOptionsError,
+    validated_handler,
+    validated_payload,
+)
+from tasksapp.engine.retry import worst_case_seconds
 from tasksapp.recurring.models import RecurringTask, SlicePlan
 from tasksapp.recurring.schedule import Grid, Schedule
 from tasksapp.recurring.selectors.schedules import recurring_task_schedule, slice_plan_last_key
@@ -144,22 +148,17 @@ def recurring_task_update(
     return task
 
 
-def _validated_task_options(**options: Any) -> dict[str, Any]:
+def _validated_task_options(*, handler: Any, payload: Any, **job_options: Any) -> dict[str, Any]:
+    """The handler, payload and job options every planned job gets, as task fields."""
     try:
-        resolve_handler(options["handler"])
-        policy = validate_policy(options["retry_policy"])
-        payload = _validated_payload(options["payload"])
-        _validated_options(
-            max_attempts=options["max_attempts"],
-            delivery=options["delivery"],
-            time_limit=options["time_limit"],
-            idempotency_key=None,
-        )
-    except (HandlerError, RetryPolicyError, JobInputError) as exc:
+        validated_handler(handler)
+        options = JobOptions.validated(**job_options)
+        payload = validated_payload(payload)
+    except JobOptionsError as exc:
         raise PlanningInputError(str(exc)) from exc
     if not isinstance(payload, dict):
         raise PlanningInputError(ERR_PAYLOAD_OBJECT)
-    return {**options, "payload": payload, "retry_policy": policy}
+    return {"handler": handler, "payload": payload, **options.as_fields()}
 
 
 def _validated_grid(period: Any, slices: Any) -> tuple[dt.timedelta, int]:

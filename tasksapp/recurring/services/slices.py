@@ -5,18 +5,19 @@ due (Celery beat)."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from tasksapp.engine.models import Job
+from tasksapp.engine.store import job_store
+from tasksapp.engine.store.rows import JobTemplate, MemberSlice
 from tasksapp.recurring import sql
 from tasksapp.recurring.models import Member, RecurringTask, SlicePlan
 from tasksapp.recurring.schedule import MICROSECOND, Grid
@@ -141,70 +142,47 @@ def plan_members(
     plan: SlicePlan, *, not_before: dt.datetime, member_ids: Sequence[int] | None = None
 ) -> tuple[int, int]:
     """Insert the slice's jobs (only `member_ids`' if given): (planned, missed)."""
-    if connection.vendor != "postgresql":
-        return _plan_members_orm(plan, not_before=not_before, member_ids=member_ids)
     task = plan.task
     low, high = plan.phase_bounds
-    params = {
+    members_params = {
         "period_start": plan.period_start,
         "period_us": plan.period_length // MICROSECOND,
         "phase_from": low,
         "phase_to": high,
         "member_ids": None if member_ids is None else list(member_ids),
-        "handler": task.handler,
-        "payload": json.dumps(task.payload),
-        "task_id": task.id,
-        "period": plan.period,
-        "max_attempts": task.max_attempts,
-        "retry_policy": json.dumps(task.retry_policy),
-        "delivery": task.delivery,
-        "time_limit": task.time_limit,
-        "key_prefix": job_key_prefix(task.id, plan.period),
-        "not_before": not_before,
     }
-    with connection.cursor() as cursor:
-        cursor.execute(sql.PLAN_MEMBERS, params)
-        planned, missed = cursor.fetchone()
-    return int(planned), int(missed)
+    planned = job_store().insert_jobs(
+        MemberSlice(
+            template=_job_template(task, plan.period),
+            key_prefix=job_key_prefix(task.id, plan.period),
+            not_before=not_before,
+            members_sql=sql.MEMBER_SLICE,
+            members_params=members_params,
+            members=partial(_slice_members, plan, member_ids),
+        )
+    )
+    return planned.planned, planned.missed
 
 
-def _plan_members_orm(
-    plan: SlicePlan, *, not_before: dt.datetime, member_ids: Sequence[int] | None
-) -> tuple[int, int]:
-    """The same as PLAN_MEMBERS through the ORM, for the embedded SQLite mode."""
-    task, prefix = plan.task, job_key_prefix(plan.task_id, plan.period)
+def _job_template(task: RecurringTask, period: int) -> JobTemplate:
+    """What the task's jobs of one period share; each adds its member's id."""
+    return JobTemplate(
+        handler=task.handler,
+        payload={**task.payload, "recurring_task_id": task.id, "occurrence": period},
+        max_attempts=task.max_attempts,
+        retry_policy=task.retry_policy,
+        delivery=task.delivery,
+        time_limit=task.time_limit,
+    )
+
+
+def _slice_members(
+    plan: SlicePlan, member_ids: Sequence[int] | None
+) -> Iterator[tuple[int, dt.datetime]]:
+    """MEMBER_SLICE through the ORM: each active member of the slice and its run time."""
     low, high = plan.phase_bounds
     members = Member.objects.filter(active=True, phase__gte=low, phase__lt=high)
     if member_ids is not None:
         members = members.filter(id__in=member_ids)
-    existing = set(
-        Job.objects.filter(idempotency_key__startswith=prefix).values_list(
-            "idempotency_key", flat=True
-        )
-    )
-    jobs, missed = [], 0
     for member_id, phase in members.values_list("id", "phase").iterator():
-        run_at, key = plan.occurrence(phase), f"{prefix}{member_id}"
-        if run_at < not_before:
-            missed += 1
-        elif key not in existing:
-            payload = {
-                **task.payload,
-                "member_id": member_id,
-                "recurring_task_id": task.id,
-                "occurrence": plan.period,
-            }
-            jobs.append(
-                Job(
-                    handler=task.handler,
-                    payload=payload,
-                    run_at=run_at,
-                    max_attempts=task.max_attempts,
-                    retry_policy=task.retry_policy,
-                    delivery=task.delivery,
-                    time_limit=task.time_limit,
-                    idempotency_key=key,
-                )
-            )
-    Job.objects.bulk_create(jobs, batch_size=500)
-    return len(jobs), missed
+        yield member_id, plan.occurrence(phase)

@@ -72,7 +72,8 @@ class TempoCollector:
         cost = dispatcher_cost_by_hour(since=self.now - dt.timedelta(hours=1))
         yield GaugeMetricFamily(
             "tempo_dispatcher_cost_score_hour",
-            "The seed's cost score (polls x 100 + lost claims x 10 + single reads), last hour.",
+            "The polling-scheduler practice exercise's cost score "
+            "(polls x 100 + lost claims x 10 + single reads), last hour.",
             value=sum(c.cost for c in cost),
         )
 

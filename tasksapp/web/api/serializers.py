@@ -1,23 +1,33 @@
-"""What the API accepts and returns. Input serializers only check shapes and types; the
-services decide what is valid and say why (their messages come back as field errors)."""
+"""What the API accepts and returns. Input serializers check shapes and types, and job
+options with the engine's own checks (tasksapp.engine.options); the services decide the
+rest and say why. Either way a message comes back as the error of its field."""
 
 from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from tasksapp.engine.handlers import HandlerError, resolve_handler
+from tasksapp.engine.handlers import ERR_HANDLER_PATH
 from tasksapp.engine.models import Delivery, Job, JobState
+from tasksapp.engine.options import (
+    JOB_OPTION_FIELDS,
+    MAX_ATTEMPTS,
+    MAX_KEY_LENGTH,
+    JobOptionsError,
+    validated_handler,
+    validated_payload,
+    validated_retry_policy,
+)
 from tasksapp.graphs.models import Strategy
 from tasksapp.graphs.services.schedule import ERR_STRATEGY
 from tasksapp.recurring.models import Member, RecurringTask
 
 HANDLER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
-ERR_HANDLER = "handler must be a dotted path such as 'package.module.function'."
 ERR_HANDLER_IMPORT = "handler '{path}' cannot be imported."
 ERR_NUL = "{field} must not contain the NUL character (\\u0000)."
 ERR_OBJECT = "{field} must be a JSON object."
@@ -38,30 +48,42 @@ def _no_nul(value: Any, field: str) -> Any:
     return value
 
 
+def _job_option(validator: Callable[[Any], Any], value: Any) -> Any:
+    """The engine's check of a job option; its message becomes this field's error."""
+    try:
+        return validator(value)
+    except JobOptionsError as exc:
+        raise serializers.ValidationError(str(exc)) from exc
+
+
 def validate_handler_path(value: str) -> str:
     if not HANDLER_RE.match(value):
-        raise serializers.ValidationError(ERR_HANDLER)
+        raise serializers.ValidationError(ERR_HANDLER_PATH)
     try:
-        resolve_handler(value)
-    except HandlerError as exc:
+        validated_handler(value)
+    except JobOptionsError as exc:
         raise serializers.ValidationError(str(exc)) from exc
     except Exception as exc:  # a module that fails while importing: still the client's input
         raise serializers.ValidationError(ERR_HANDLER_IMPORT.format(path=value)) from exc
     return value
 
 
-class JobCreateSerializer(serializers.Serializer):
-    handler = serializers.CharField(max_length=200, help_text="Dotted path to a callable.")
-    run_at = serializers.DateTimeField(help_text="When to run; with a time zone (ISO 8601).")
-    payload = serializers.JSONField(required=False, default=dict)
-    idempotency_key = serializers.CharField(
-        max_length=200,
+def _idempotency_key_field(stored: str) -> serializers.CharField:
+    return serializers.CharField(
+        max_length=MAX_KEY_LENGTH,
         required=False,
         allow_null=True,
         default=None,
-        help_text="Scheduling the same key again returns the job already stored.",
+        help_text=f"Scheduling the same key again returns the {stored} already stored.",
     )
-    max_attempts = serializers.IntegerField(min_value=1, max_value=1000, default=5)
+
+
+# The fields every job creator takes: what runs, with which payload, and how. (A comment,
+# not a docstring: the schema would show it as the description of every subclass.)
+class JobOptionsSerializer(serializers.Serializer):
+    handler = serializers.CharField(max_length=200, help_text="Dotted path to a callable.")
+    payload = serializers.JSONField(required=False, default=dict)
+    max_attempts = serializers.IntegerField(min_value=1, max_value=MAX_ATTEMPTS, default=5)
     retry_policy = serializers.JSONField(required=False, default=dict)
     delivery = serializers.ChoiceField(choices=Delivery.choices, default=Delivery.TRANSACTIONAL)
     time_limit = serializers.FloatField(
@@ -72,10 +94,15 @@ class JobCreateSerializer(serializers.Serializer):
         return validate_handler_path(value)
 
     def validate_payload(self, value: Any) -> Any:
-        return _no_nul(value, "payload")
+        return _job_option(validated_payload, _no_nul(value, "payload"))
 
     def validate_retry_policy(self, value: Any) -> Any:
-        return _no_nul(value, "retry_policy")
+        return _job_option(validated_retry_policy, _no_nul(value, "retry_policy"))
+
+
+class JobCreateSerializer(JobOptionsSerializer):
+    run_at = serializers.DateTimeField(help_text="When to run; with a time zone (ISO 8601).")
+    idempotency_key = _idempotency_key_field("job")
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -190,13 +217,7 @@ class GraphJobCreateSerializer(serializers.Serializer):
     run_at = serializers.DateTimeField(
         required=False, allow_null=True, default=None, help_text="Default: now."
     )
-    idempotency_key = serializers.CharField(
-        max_length=200,
-        required=False,
-        allow_null=True,
-        default=None,
-        help_text="Scheduling the same key again returns the graph job already stored.",
-    )
+    idempotency_key = _idempotency_key_field("graph job")
     max_restarts = serializers.IntegerField(min_value=0, max_value=100, default=2)
     max_task_attempts = serializers.IntegerField(min_value=1, max_value=100, default=3)
     task_retry_policy = serializers.JSONField(
@@ -212,7 +233,7 @@ class GraphJobCreateSerializer(serializers.Serializer):
         return _no_nul(value, "wants")
 
     def validate_task_retry_policy(self, value: Any) -> Any:
-        return _no_nul(value, "task_retry_policy")
+        return _job_option(validated_retry_policy, _no_nul(value, "task_retry_policy"))
 
 
 class JobListQuerySerializer(serializers.Serializer):
@@ -257,31 +278,17 @@ class MemberPageSerializer(serializers.Serializer):
     next = serializers.IntegerField(allow_null=True, help_text="`after` for the next page.")
 
 
-class RecurringTaskCreateSerializer(serializers.Serializer):
+class RecurringTaskCreateSerializer(JobOptionsSerializer):
     name = serializers.CharField(max_length=100)
-    handler = serializers.CharField(max_length=200)
     period_seconds = serializers.IntegerField(min_value=60, max_value=MAX_PERIOD_SECONDS)
     slices = serializers.IntegerField(min_value=1, max_value=10_000, default=1)
     epoch = serializers.DateTimeField(required=False, allow_null=True, default=None)
-    payload = serializers.JSONField(required=False, default=dict)
-    max_attempts = serializers.IntegerField(min_value=1, max_value=1000, default=5)
-    retry_policy = serializers.JSONField(required=False, default=dict)
-    delivery = serializers.ChoiceField(choices=Delivery.choices, default=Delivery.TRANSACTIONAL)
-    time_limit = serializers.FloatField(
-        required=False, allow_null=True, default=None, min_value=0.001, max_value=86_400 * 7
-    )
     active = serializers.BooleanField(default=True)
-
-    def validate_handler(self, value: str) -> str:
-        return validate_handler_path(value)
 
     def validate_payload(self, value: Any) -> Any:
         if not isinstance(value, dict):
             raise serializers.ValidationError(ERR_OBJECT.format(field="payload"))
-        return _no_nul(value, "payload")
-
-    def validate_retry_policy(self, value: Any) -> Any:
-        return _no_nul(value, "retry_policy")
+        return super().validate_payload(value)
 
     def service_arguments(self) -> dict[str, Any]:
         data = dict(self.validated_data)
@@ -300,10 +307,7 @@ class RecurringTaskSerializer(serializers.ModelSerializer):
             "name",
             "handler",
             "payload",
-            "max_attempts",
-            "retry_policy",
-            "delivery",
-            "time_limit",
+            *JOB_OPTION_FIELDS,
             "epoch",
             "first_period",
             "period_seconds",

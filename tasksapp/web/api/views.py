@@ -11,6 +11,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
 from tasksapp.engine.models import Job
@@ -39,6 +40,20 @@ ERR_UNKNOWN_MEMBER = "member {value!r} does not exist."
 BAD_REQUEST = OpenApiResponse(description="Field errors: {field: [message]}.")
 NOT_FOUND = OpenApiResponse(description="No such object.")
 DENIED = OpenApiResponse(description="Not allowed for this user's role.")
+
+
+def _operator_action_schema(
+    answer: type[Serializer],
+    summary: str,
+    *,
+    request: type[Serializer] | None = None,
+    refusable: bool = True,
+):
+    """The schema of a POST that runs one audited service on the object in its URL and
+    answers with that object; `refusable`: the service may refuse it (400)."""
+    refused = {400: BAD_REQUEST} if refusable else {}
+    responses = {200: answer, **refused, 403: DENIED, 404: NOT_FOUND}
+    return extend_schema(request=request, responses=responses, summary=summary)
 
 
 def _query(serializer_class, request: Request):
@@ -155,21 +170,17 @@ class GraphJobCreateView(APIView):
 
 
 class JobCancelView(APIView):
-    @extend_schema(
-        request=None,
-        responses={200: s.JobSerializer, 400: BAD_REQUEST, 403: DENIED, 404: NOT_FOUND},
-        summary="Cancel a scheduled or failed job",
-    )
+    @_operator_action_schema(s.JobSerializer, "Cancel a scheduled or failed job")
     def post(self, request: Request, job_id: int) -> Response:
         job = job_cancel_audited(user=request.user, job_id=job_id, via=VIA)
         return Response(s.JobSerializer(job).data)
 
 
 class JobRetryView(APIView):
-    @extend_schema(
+    @_operator_action_schema(
+        s.JobSerializer,
+        "Retry a dead, lost, cancelled or failed job (now, or at run_at)",
         request=s.RetrySerializer,
-        responses={200: s.JobSerializer, 400: BAD_REQUEST, 403: DENIED, 404: NOT_FOUND},
-        summary="Retry a dead, lost, cancelled or failed job (now, or at run_at)",
     )
     def post(self, request: Request, job_id: int) -> Response:
         run_at = _body(s.RetrySerializer, request).validated_data.get("run_at")
@@ -178,11 +189,7 @@ class JobRetryView(APIView):
 
 
 class JobRunNowView(APIView):
-    @extend_schema(
-        request=None,
-        responses={200: s.JobSerializer, 400: BAD_REQUEST, 403: DENIED, 404: NOT_FOUND},
-        summary="Move a waiting job's run time to now",
-    )
+    @_operator_action_schema(s.JobSerializer, "Move a waiting job's run time to now")
     def post(self, request: Request, job_id: int) -> Response:
         job = job_run_now_audited(user=request.user, job_id=job_id, via=VIA)
         return Response(s.JobSerializer(job).data)
@@ -230,10 +237,8 @@ class MemberDetailView(APIView):
 
 
 class MemberDeactivateView(APIView):
-    @extend_schema(
-        request=None,
-        responses={200: s.MemberSerializer, 403: DENIED, 404: NOT_FOUND},
-        summary="Stop planning a member and cancel its waiting jobs",
+    @_operator_action_schema(
+        s.MemberSerializer, "Stop planning a member and cancel its waiting jobs", refusable=False
     )
     def post(self, request: Request, member_id: int) -> Response:
         member = get_object_or_404(Member, id=member_id)
@@ -242,11 +247,7 @@ class MemberDeactivateView(APIView):
 
 
 class MemberActivateView(APIView):
-    @extend_schema(
-        request=None,
-        responses={200: s.MemberSerializer, 403: DENIED, 404: NOT_FOUND},
-        summary="Plan a member again",
-    )
+    @_operator_action_schema(s.MemberSerializer, "Plan a member again", refusable=False)
     def post(self, request: Request, member_id: int) -> Response:
         member = get_object_or_404(Member, id=member_id)
         member = member_activate_audited(user=request.user, member=member, via=VIA)
@@ -278,10 +279,8 @@ class RecurringTaskDetailView(APIView):
 
 
 class RecurringTaskPauseView(APIView):
-    @extend_schema(
-        request=None,
-        responses={200: s.RecurringTaskSerializer, 400: BAD_REQUEST, 403: DENIED, 404: NOT_FOUND},
-        summary="Pause planning (jobs already planned still run)",
+    @_operator_action_schema(
+        s.RecurringTaskSerializer, "Pause planning (jobs already planned still run)"
     )
     def post(self, request: Request, task_id: int) -> Response:
         task = recurring_task_pause_audited(user=request.user, task_id=task_id, via=VIA)
@@ -289,11 +288,7 @@ class RecurringTaskPauseView(APIView):
 
 
 class RecurringTaskResumeView(APIView):
-    @extend_schema(
-        request=None,
-        responses={200: s.RecurringTaskSerializer, 400: BAD_REQUEST, 403: DENIED, 404: NOT_FOUND},
-        summary="Resume planning from the next slice",
-    )
+    @_operator_action_schema(s.RecurringTaskSerializer, "Resume planning from the next slice")
     def post(self, request: Request, task_id: int) -> Response:
         task = recurring_task_resume_audited(user=request.user, task_id=task_id, via=VIA)
         return Response(s.RecurringTaskSerializer(task).data)

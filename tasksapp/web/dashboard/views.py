@@ -17,19 +17,17 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from tasksapp.engine.models import JobState
-from tasksapp.engine.services import JobInputError
 from tasksapp.recurring.models import Member, RecurringTask
 from tasksapp.recurring.selectors.plans import (
     member_runs_for_task,
     recurring_task_list,
     recurring_task_plan,
 )
-from tasksapp.recurring.services import PlanningInputError
 from tasksapp.web.models import OperatorAction
 from tasksapp.web.operators import (
+    ACTION_REFUSALS,
     PERM_OPERATE,
     PERM_VIEW,
-    OperatorPermissionError,
     job_cancel_audited,
     job_retry_audited,
     job_run_now_audited,
@@ -47,14 +45,15 @@ from tasksapp.web.selectors.jobs import (
 )
 
 VIA = OperatorAction.Via.DASHBOARD
+# Each action's audited service, and what to say with the object it changed.
 JOB_ACTIONS = {
-    "cancel": (job_cancel_audited, "Job {id} cancelled."),
-    "retry": (job_retry_audited, "Job {id} scheduled again, to run now."),
-    "run-now": (job_run_now_audited, "Job {id} will run now."),
+    "cancel": (job_cancel_audited, "Job {changed.id} cancelled."),
+    "retry": (job_retry_audited, "Job {changed.id} scheduled again, to run now."),
+    "run-now": (job_run_now_audited, "Job {changed.id} will run now."),
 }
 TASK_ACTIONS = {
-    "pause": (recurring_task_pause_audited, "{name} paused: no new slices are planned."),
-    "resume": (recurring_task_resume_audited, "{name} resumed."),
+    "pause": (recurring_task_pause_audited, "{changed.name} paused: no new slices are planned."),
+    "resume": (recurring_task_resume_audited, "{changed.name} resumed."),
 }
 AUDIT_PAGE = 100
 ERR_FILTER_TIME = "{field}: not a date and time (use YYYY-MM-DD HH:MM, UTC)."
@@ -245,18 +244,23 @@ def _back(request: HttpRequest, default: str) -> HttpResponse:
     return redirect(default)
 
 
+def _operator_action(request: HttpRequest, actions: dict, action: str, **target: Any) -> None:
+    """Run the audited service `action` names on `target`; tell the operator how it went."""
+    if action not in actions:
+        raise Http404(f"no action {action!r}")
+    service, done = actions[action]
+    try:
+        changed = service(user=request.user, via=VIA, **target)
+        messages.success(request, done.format(changed=changed))
+    except ACTION_REFUSALS as exc:
+        messages.error(request, str(exc))
+
+
 @login_required
 @operator_required
 @require_POST
 def job_action(request: HttpRequest, job_id: int, action: str) -> HttpResponse:
-    if action not in JOB_ACTIONS:
-        raise Http404(f"no action {action!r}")
-    service, done = JOB_ACTIONS[action]
-    try:
-        service(user=request.user, job_id=job_id, via=VIA)
-        messages.success(request, done.format(id=job_id))
-    except (JobInputError, OperatorPermissionError) as exc:
-        messages.error(request, str(exc))
+    _operator_action(request, JOB_ACTIONS, action, job_id=job_id)
     return _back(request, reverse("dashboard:job-detail", args=[job_id]))
 
 
@@ -264,14 +268,7 @@ def job_action(request: HttpRequest, job_id: int, action: str) -> HttpResponse:
 @operator_required
 @require_POST
 def task_action(request: HttpRequest, task_id: int, action: str) -> HttpResponse:
-    if action not in TASK_ACTIONS:
-        raise Http404(f"no action {action!r}")
-    service, done = TASK_ACTIONS[action]
-    try:
-        task = service(user=request.user, task_id=task_id, via=VIA)
-        messages.success(request, done.format(name=task.name))
-    except (PlanningInputError, OperatorPermissionError) as exc:
-        messages.error(request, str(exc))
+    _operator_action(request, TASK_ACTIONS, action, task_id=task_id)
     return _back(request, reverse("dashboard:recurring-detail", args=[task_id]))
 
 

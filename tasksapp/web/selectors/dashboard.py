@@ -15,13 +15,13 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Sum
 from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
 
 from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState, WorkerProcess
+from tasksapp.engine.settings import tempo_settings
 
 EXACT_COUNT_CAP = 50_000
 LIVE_SECONDS = 30.0  # three missed heartbeats (every 10 s) and a process counts as down
@@ -31,7 +31,8 @@ FAILED_STATES = (JobState.FAILED, JobState.DEAD, JobState.LOST)
 # stale started_at (claimed again, scheduled again).
 LAG_STATES = (JobState.RUNNING, JobState.SUCCEEDED, JobState.DEAD)
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-# The seed's cost score: every list query, lost claim race and single-row read counts.
+# The polling-scheduler practice exercise's cost score: every list query, lost claim race
+# and single-row read counts.
 COST_WEIGHTS = {"polls": 100, "claims_lost": 10, "single_reads": 1}
 
 SQL_STATE_COUNTS = """
@@ -259,8 +260,9 @@ class CostHour:
 
 
 def dispatcher_cost_by_hour(*, since: dt.datetime) -> list[CostHour]:
-    """The seed's cost score (polls × 100 + lost claims × 10 + single reads) and database
-    statements per claimed job, per hour, summed over all dispatchers."""
+    """The polling-scheduler practice exercise's cost score (polls × 100 + lost claims × 10
+    + single reads) and database statements per claimed job, per hour, summed over all
+    dispatchers."""
     rows = (
         DispatcherCounter.objects.filter(minute__gte=since)
         .annotate(hour=TruncHour("minute"))
@@ -348,7 +350,7 @@ def worker_list(*, now: dt.datetime) -> list[ProcessRow]:
 def partition_owners(*, dispatchers: list[ProcessRow]) -> list[dict[str, Any]]:
     """Which live dispatcher leads each partition (None: nobody, its work waits)."""
     owner = {p: d.name for d in dispatchers if d.alive for p in d.partitions}
-    return [{"partition": p, "owner": owner.get(p)} for p in range(settings.TEMPO["PARTITIONS"])]
+    return [{"partition": p, "owner": owner.get(p)} for p in range(tempo_settings().partitions)]
 
 
 # --- the overview, in one call ------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""Redis dispatch mode: the dispatcher's side of the due index (`redis_index.py`).
+"""The Redis due index as due source: the dispatcher's side of `redis_index.py`.
 
 Each owned partition is one shard and is either *indexed* (its due jobs come from
-Redis) or served by the database mode of the same loop (poll + timing wheel) while its
-shard is rebuilt or Redis is unreachable. The owner of a partition (advisory lock, as in
+Redis) or served by an inner database source (poll + timing wheel) while its shard is
+rebuilt or Redis is unreachable. The owner of a partition (advisory lock, as in
 database mode) is the only instance that writes its shard, so rebuilds never overlap.
 
 - Index writes: the NOTIFY trigger already announces, after commit, every insert,
@@ -21,18 +21,15 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import math
-from typing import TYPE_CHECKING
 
 import redis
 
 from tasksapp.engine import sql
 from tasksapp.engine.dispatcher.redis_index import MAX_TAKE, RedisIndex, Taken
+from tasksapp.engine.dispatcher.sources.base import BACKPRESSURE_RETRY_MS, DispatchContext
+from tasksapp.engine.dispatcher.sources.database import DatabaseSource
 from tasksapp.engine.models import Dispatcher
-from tasksapp.engine.transitions import job_poll_due
-
-if TYPE_CHECKING:
-    from tasksapp.engine.dispatcher.loop import DispatcherLoop
+from tasksapp.engine.transitions import DueJob, job_poll_due
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +38,23 @@ MODE_FALLBACK = "redis-fallback"  # some shards are rebuilt, served by polling m
 MODE_UNREACHABLE = "redis-unreachable"  # every shard served by polling
 WINDOW_MS = sql.NOTIFY_WINDOW_SECONDS * 1000
 HORIZON_MARGIN_MS = 2000
-BACKPRESSURE_RETRY_MS = 10
 MAX_BACKOFF_SECONDS = 16.0  # clock estimates: the recorded horizon errs on the early side
 
 
-class RedisMode:
-    def __init__(self, loop: DispatcherLoop) -> None:
-        cfg = loop.cfg
-        self.loop = loop
-        self.cfg = cfg
-        self.index = RedisIndex(url=cfg["INDEX_REDIS_URL"], prefix=cfg["INDEX_PREFIX"])
-        self.lease_ms = int(cfg["INDEX_LEASE_SECONDS"] * 1000)
+class RedisIndexSource:
+    # Starts on polling while it checks (or builds) the index.
+    initial_mode = MODE_FALLBACK
+
+    def __init__(self, context: DispatchContext) -> None:
+        self.context = context
+        self.settings = context.settings
+        self.partitions = context.settings.partitions
+        self.lead_ms = context.settings.dispatch_lead_ms
+        self.database = DatabaseSource(context, listen_notify=True, polled=self._unindexed)
+        self.index = RedisIndex(
+            url=self.settings.index_redis_url, prefix=self.settings.index_prefix
+        )
+        self.lease_ms = int(self.settings.index_lease_seconds * 1000)
         self.reset()
 
     def reset(self) -> None:
@@ -71,21 +74,34 @@ class RedisMode:
         self.mode = ""
 
     # -- ownership ----------------------------------------------------------------------
-    def gained(self, shards: list[int]) -> None:
-        self.pending |= set(shards)
+    def gained(self, partitions: list[int]) -> None:
+        self.database.gained(partitions)
+        self.pending |= set(partitions)
         self.next_try = 0.0
 
-    def released(self, shards: list[int]) -> None:
+    def released(self, partitions: list[int]) -> None:
+        self.database.released(partitions)
         for group in (self.indexed, self.pending, self.rebuilding):
-            group -= set(shards)
+            group -= set(partitions)
 
-    def polled(self, owned: list[int]) -> list[int]:
-        """The owned partitions the database mode serves: all but the indexed ones."""
-        return [p for p in owned if p not in self.indexed]
+    def reconnected(self) -> None:
+        self.database.reconnected()
+
+    def forget(self) -> None:
+        self.database.forget()
+        self.reset()
+
+    def _unindexed(self) -> list[int]:
+        """The owned partitions the database source serves: all but the indexed ones."""
+        return [p for p in self.context.owned() if p not in self.indexed]
 
     # -- one turn -----------------------------------------------------------------------
     def step(self) -> None:
-        now = self.loop.now_ms()
+        self._serve_index()
+        self.database.step()
+
+    def _serve_index(self) -> None:
+        now = self.context.now_ms()
         try:
             if not self.reachable and now < self.next_try:
                 return
@@ -95,9 +111,9 @@ class RedisMode:
                 self._rebuild_page()
             if self.indexed and now >= self.next_sync:
                 self._sync()
-            if self.indexed and self.loop.now_ms() >= self.next_take:
+            if self.indexed and self.context.now_ms() >= self.next_take:
                 self._take()
-            if self.loop.now_ms() >= self.next_return:
+            if self.context.now_ms() >= self.next_return:
                 self._return_expired()
             self.reachable, self.failures = True, 0
         except redis.RedisError as exc:
@@ -105,28 +121,31 @@ class RedisMode:
         self._record_mode()
 
     def next_deadline(self) -> float:
+        return min(self._index_deadline(), self.database.next_deadline())
+
+    def _index_deadline(self) -> float:
         if not self.reachable or self.pending:
             return self.next_try
         if self.rebuilding:
-            return self.loop.now_ms()
+            return self.context.now_ms()
         return min(self.next_take, self.next_sync, self.next_return)
 
     def _lost_redis(self, exc: Exception) -> None:
         if self.reachable:
-            log.warning("dispatcher %s: redis unreachable, polling: %s", self.loop.name, exc)
-        owned = set(self.loop._owned())
+            log.warning("dispatcher %s: redis unreachable, polling: %s", self.context.name, exc)
+        owned = set(self.context.owned())
         self._to_database(owned)
         self.reachable = False
         self.pending = owned  # whatever was announced meanwhile is only in the database
         # Back off: a Redis that times out would otherwise stall the polling loop often.
         self.failures += 1
-        backoff = self.cfg["INDEX_CHECK_SECONDS"] * 2 ** (self.failures - 1)
+        backoff = self.settings.index_check_seconds * 2 ** (self.failures - 1)
         backoff = min(MAX_BACKOFF_SECONDS, backoff)
-        self.next_try = self.loop.now_ms() + backoff * 1000
+        self.next_try = self.context.now_ms() + backoff * 1000
 
     def _lost_shards(self, shards: set[int]) -> None:
         """The index no longer holds these shards (emptied Redis): poll, then rebuild."""
-        log.warning("dispatcher %s: index lost for shards %s", self.loop.name, sorted(shards))
+        log.warning("dispatcher %s: index lost for shards %s", self.context.name, sorted(shards))
         self._to_database(shards)
         self.pending |= shards
 
@@ -136,7 +155,7 @@ class RedisMode:
         self.indexed -= shards
         self.rebuilding -= shards
         if moved:
-            self.loop.horizon_ms, self.loop.cursor, self.loop.next_poll = -math.inf, None, 0.0
+            self.database.rewind()
 
     # -- shards: check, rebuild, sync -------------------------------------------------
     def _check_pending(self) -> None:
@@ -152,10 +171,12 @@ class RedisMode:
             self._read_into_index(sorted(built), after=None)
             self._switch_to_index(built)
         if self.rebuilding:
-            log.info("dispatcher %s: rebuilding shards %s", self.loop.name, sorted(self.rebuilding))
+            log.info(
+                "dispatcher %s: rebuilding shards %s", self.context.name, sorted(self.rebuilding)
+            )
             self.rebuild_generation = self.index.generation()
             self.rebuild_cursor = None
-            self.rebuild_horizon_ms = int(self.loop.now_ms()) + WINDOW_MS - HORIZON_MARGIN_MS
+            self.rebuild_horizon_ms = int(self.context.now_ms()) + WINDOW_MS - HORIZON_MARGIN_MS
 
     def _rebuild_page(self) -> None:
         """One page of the rebuild; the last one marks the shards built and switches
@@ -164,7 +185,7 @@ class RedisMode:
             return
         shards = sorted(self.rebuilding)
         rows = self._read_page(shards, after=self.rebuild_cursor)
-        if len(rows) >= self.cfg["POLL_LIMIT"]:
+        if len(rows) >= self.settings.poll_limit:
             self.rebuild_cursor = (rows[-1].run_at, rows[-1].id)
             return
         done = {
@@ -178,24 +199,24 @@ class RedisMode:
         self.pending |= set(shards) - done  # the generation changed meanwhile: again
         self._switch_to_index(done)
         if done:
-            log.info("dispatcher %s: shards %s indexed again", self.loop.name, sorted(done))
+            log.info("dispatcher %s: shards %s indexed again", self.context.name, sorted(done))
 
     def _switch_to_index(self, shards: set[int]) -> None:
         self.indexed |= shards
-        self.loop.drop_held(shards)  # they are in the index now
+        self.database.drop_held(shards)  # they are in the index now
         self.next_take = 0.0
         if not self.next_sync:  # just read up to the window's end
-            self.next_sync = self.loop.now_ms() + self.cfg["INDEX_SYNC_SECONDS"] * 1000
+            self.next_sync = self.context.now_ms() + self.settings.index_sync_seconds * 1000
 
     def _sync(self) -> None:
         """Read jobs due between the shards' horizon and the notify window's end."""
         shards = sorted(self.indexed)
         horizons = [h for h in self.index.horizons(shards).values() if h is not None]
         floor = min(horizons) if horizons else None
-        new_horizon = int(self.loop.now_ms()) + WINDOW_MS - HORIZON_MARGIN_MS
+        new_horizon = int(self.context.now_ms()) + WINDOW_MS - HORIZON_MARGIN_MS
         self._read_into_index(shards, after=floor)
         self.index.set_horizon(shards, new_horizon)
-        self.next_sync = self.loop.now_ms() + self.cfg["INDEX_SYNC_SECONDS"] * 1000
+        self.next_sync = self.context.now_ms() + self.settings.index_sync_seconds * 1000
 
     def _read_into_index(self, shards: list[int], *, after: int | None) -> None:
         cursor = None
@@ -203,34 +224,34 @@ class RedisMode:
             cursor = (dt.datetime.fromtimestamp((after - 1) / 1000, tz=dt.UTC), 0)
         while True:
             rows = self._read_page(shards, after=cursor)
-            if len(rows) < self.cfg["POLL_LIMIT"]:
+            if len(rows) < self.settings.poll_limit:
                 return
             cursor = (rows[-1].run_at, rows[-1].id)
 
-    def _read_page(self, shards: list[int], *, after) -> list:
+    def _read_page(self, shards: list[int], *, after) -> list[DueJob]:
         rows = job_poll_due(
             lookahead=sql.NOTIFY_WINDOW_SECONDS,
-            partitions=self.loop.partitions,
+            partitions=self.partitions,
             owned=shards,
-            limit=self.cfg["POLL_LIMIT"],
+            limit=self.settings.poll_limit,
             after=after,
         )
-        self.loop.counters.update(polls=1, statements=1, rows_fetched=len(rows))
-        self.loop._flush_counters()
-        parts = self.loop.partitions
+        self.context.counters.update(polls=1, statements=1, rows_fetched=len(rows))
+        self.context.flush_counters()
+        parts = self.partitions
         self.index.add_many([(r.id % parts, r.id, r.run_at_ms) for r in rows])
         return rows
 
     # -- take, claim, return ------------------------------------------------------------
     def _take(self) -> None:
-        room = self.loop._room_for(MAX_TAKE)
-        now = self.loop.now_ms()
+        room = self.context.room_for(MAX_TAKE)
+        now = self.context.now_ms()
         if room <= 0:  # backpressure: the workers are behind; ask again shortly
             self.next_take = now + BACKPRESSURE_RETRY_MS
             return
         taken = self.index.take(
             shards=sorted(self.indexed),
-            until_ms=int(now + self.loop.lead_ms),
+            until_ms=int(now + self.lead_ms),
             lease_ms=self.lease_ms,
             limit=room,
         )
@@ -238,47 +259,51 @@ class RedisMode:
             self._lost_shards(set(taken.unbuilt))
         ids = taken.all_ids()
         if ids:
-            self.loop.claim_and_publish(ids)
+            self.context.claim_and_publish(ids)
             self.index.ack(taken)
         self._plan_next_take(taken, now, full=len(ids) >= room)
 
     def _plan_next_take(self, taken: Taken, now: float, *, full: bool) -> None:
-        check = now + self.cfg["INDEX_CHECK_SECONDS"] * 1000
+        check = now + self.settings.index_check_seconds * 1000
         if full:  # more may be due: again next turn
             self.next_take = now
         elif taken.next_ms is not None:
-            self.next_take = min(check, taken.next_ms - self.loop.lead_ms)
+            self.next_take = min(check, taken.next_ms - self.lead_ms)
         else:
             self.next_take = check
 
     def _return_expired(self) -> None:
-        interval_ms = int(self.cfg["INDEX_RETURN_SECONDS"] * 1000)
+        interval_ms = int(self.settings.index_return_seconds * 1000)
         returned = self.index.return_expired(
-            partitions=self.loop.partitions,
-            owner=self.loop.name,
-            now_ms=int(self.loop.now_ms()),
+            partitions=self.partitions,
+            owner=self.context.name,
+            now_ms=int(self.context.now_ms()),
             lock_ms=interval_ms,
         )
         if returned > 0:
-            log.info("dispatcher %s: returned %s expired takes", self.loop.name, returned)
+            log.info("dispatcher %s: returned %s expired takes", self.context.name, returned)
             self.next_take = 0.0
-        self.next_return = self.loop.now_ms() + interval_ms
+        self.next_return = self.context.now_ms() + interval_ms
 
     # -- notifications ------------------------------------------------------------------
-    def on_notification(self, job_id: int, tail: str) -> bool:
-        """Index an announced job; False if the database mode must handle it."""
-        shard = job_id % self.loop.partitions
+    def announced(self, job_id: int, run_at_ms: int | None) -> None:
+        if not self._index_announced(job_id, run_at_ms):
+            self.database.announced(job_id, run_at_ms)
+
+    def _index_announced(self, job_id: int, run_at_ms: int | None) -> bool:
+        """Index an announced job; False if the database source must handle it."""
+        shard = job_id % self.partitions
         if shard not in self.indexed and shard not in self.rebuilding:
             return False
         try:
-            if tail == "x":
+            if run_at_ms is None:
                 self.index.remove(shard=shard, job_id=job_id)
             elif shard in self.rebuilding:  # rows read before it came are in already
-                self.index.add_many([(shard, job_id, int(tail))])
+                self.index.add_many([(shard, job_id, run_at_ms)])
             else:
-                added = self.index.add(shard=shard, job_id=job_id, run_at_ms=int(tail))
+                added = self.index.add(shard=shard, job_id=job_id, run_at_ms=run_at_ms)
                 if added == 1:
-                    self.next_take = min(self.next_take, int(tail) - self.loop.lead_ms)
+                    self.next_take = min(self.next_take, run_at_ms - self.lead_ms)
                 elif added == 0:
                     self._lost_shards({shard})
         except redis.RedisError as exc:
@@ -295,4 +320,4 @@ class RedisMode:
             mode = MODE_REDIS
         if mode != self.mode:
             self.mode = mode
-            Dispatcher.objects.filter(name=self.loop.name).update(dispatch_mode=mode)
+            Dispatcher.objects.filter(name=self.context.name).update(dispatch_mode=mode)

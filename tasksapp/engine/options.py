@@ -1,0 +1,132 @@
+"""The options every creator of jobs accepts, checked in one place.
+
+job_schedule, the recurring and graph services, the API's serializers and the admin form
+all validate through here, so a value is refused with the same message wherever it
+comes in. Each check raises JobOptionsError naming the field; callers turn it into their
+own error type (or form/field error) with the message unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from tasksapp.engine.handlers import HandlerError, resolve_handler
+from tasksapp.engine.models import Delivery
+from tasksapp.engine.retry import RetryPolicyError, validate_policy
+
+ERR_PAYLOAD_JSON = "payload must be JSON-serialisable: {reason}"
+ERR_MAX_ATTEMPTS = "max_attempts must be an integer between 1 and 1000."
+ERR_DELIVERY = "delivery must be one of: {choices}."
+ERR_TIME_LIMIT = "time_limit must be a positive number of seconds."
+ERR_KEY = "idempotency_key must be a non-empty string of at most 200 characters."
+
+MAX_ATTEMPTS = 1000
+MAX_KEY_LENGTH = 200
+
+
+class JobOptionsError(ValueError):
+    """A job option is invalid: ``field`` names it, the message says what to fix."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float)
+
+
+def validated_handler(handler: Any) -> str:
+    """The handler's dotted path, once it imports as a callable."""
+    try:
+        resolve_handler(handler)
+    except HandlerError as exc:
+        raise JobOptionsError("handler", str(exc)) from exc
+    return handler
+
+
+def validated_payload(payload: Any) -> Any:
+    """The payload as the jobs table stores it (JSON, no NaN); None becomes {}."""
+    if payload is None:
+        return {}
+    try:
+        return json.loads(json.dumps(payload, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise JobOptionsError("payload", ERR_PAYLOAD_JSON.format(reason=exc)) from exc
+
+
+def validated_idempotency_key(key: Any) -> str | None:
+    if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH):
+        raise JobOptionsError("idempotency_key", ERR_KEY)
+    return key
+
+
+def validated_retry_policy(policy: Any) -> dict[str, Any]:
+    """The normalised policy (None or {}: the default one)."""
+    try:
+        return validate_policy(policy)
+    except RetryPolicyError as exc:
+        raise JobOptionsError("retry_policy", str(exc)) from exc
+
+
+def _validated_max_attempts(max_attempts: Any) -> int:
+    whole = isinstance(max_attempts, int) and not isinstance(max_attempts, bool)
+    if not whole or not 1 <= max_attempts <= MAX_ATTEMPTS:
+        raise JobOptionsError("max_attempts", ERR_MAX_ATTEMPTS)
+    return max_attempts
+
+
+def _validated_delivery(delivery: Any) -> str:
+    if delivery not in Delivery.values:
+        choices = ", ".join(Delivery.values)
+        raise JobOptionsError("delivery", ERR_DELIVERY.format(choices=choices))
+    return delivery
+
+
+def _validated_time_limit(time_limit: Any) -> float | None:
+    if time_limit is None:
+        return None
+    if not _is_number(time_limit) or not math.isfinite(time_limit) or time_limit <= 0:
+        raise JobOptionsError("time_limit", ERR_TIME_LIMIT)
+    return time_limit
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """How a job runs: attempts, delays between them, delivery mode, time limit. Build it
+    with ``validated``; ``retry_policy`` is then normalised."""
+
+    max_attempts: int
+    retry_policy: dict[str, Any]
+    delivery: str
+    time_limit: float | None
+
+    @classmethod
+    def validated(
+        cls,
+        *,
+        max_attempts: Any = 5,
+        retry_policy: Any = None,
+        delivery: Any = Delivery.TRANSACTIONAL,
+        time_limit: Any = None,
+    ) -> JobOptions:
+        """The options, or JobOptionsError for the first invalid one (the retry policy is
+        checked first, as the services always have)."""
+        policy = validated_retry_policy(retry_policy)
+        return cls(
+            max_attempts=_validated_max_attempts(max_attempts),
+            retry_policy=policy,
+            delivery=_validated_delivery(delivery),
+            time_limit=_validated_time_limit(time_limit),
+        )
+
+    def as_fields(self) -> dict[str, Any]:
+        """The options as model fields (a Job's, a RecurringTask's), the policy copied."""
+        return asdict(self)
+
+
+# The option fields, in order, as Job, RecurringTask and their forms name them.
+JOB_OPTION_FIELDS = tuple(option.name for option in fields(JobOptions))

@@ -1,0 +1,89 @@
+"""The scheduler's settings (`settings.TEMPO`) as one typed, validated, frozen object.
+
+Engine process objects read them once, when they are built: the dispatcher loop takes a
+`TempoSettings` at construction, the worker's per-process objects take `tempo_settings()`
+(read on first use, read again when a test overrides `settings.TEMPO`). What each
+setting means is said where it is defined (schedapp/settings.py).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, fields
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+
+from tasksapp.engine import sql
+
+DISPATCH_MODES = ("database", "redis")
+_TYPES = {"bool": bool, "float": float, "int": int, "str": str}
+
+
+@dataclass(frozen=True, slots=True)
+class TempoSettings:
+    """`settings.TEMPO`: one field per key, named as the key in lower case."""
+
+    lookahead_seconds: float
+    poll_interval_seconds: float
+    fallback_poll_seconds: float
+    poll_limit: int
+    partitions: int
+    coordination_seconds: float
+    dispatch_lead_ms: int
+    claim_ttl_seconds: float
+    run_lease_seconds: float
+    max_batch: int
+    fanout: int
+    batch_parallelism: int
+    max_queued_messages: int
+    queue: str
+    async_commit: bool
+    prepared_statements: bool
+    dispatch_mode: str
+    index_redis_url: str
+    index_prefix: str
+    index_sync_seconds: float
+    index_check_seconds: float
+    index_lease_seconds: float
+    index_return_seconds: float
+
+    def __post_init__(self) -> None:
+        if self.dispatch_mode not in DISPATCH_MODES:
+            raise ValueError(
+                f"TEMPO_DISPATCH_MODE must be database or redis, not {self.dispatch_mode!r}"
+            )
+
+    @classmethod
+    def load(cls) -> TempoSettings:
+        """Read `settings.TEMPO` now, each value converted to its field's type."""
+        raw = django_settings.TEMPO
+        return cls(**{f.name: _TYPES[f.type](raw[f.name.upper()]) for f in fields(cls)})
+
+    def check_dispatch(self, *, listen_notify: bool) -> None:
+        """What a dispatcher asks of these settings on its database. With LISTEN/NOTIFY
+        (PostgreSQL) work scheduled after a poll is learnt from notifications, which
+        announce work due within the notify window only: a poll must not look further.
+        Without notifications there is no Redis mode (the index is written from them)."""
+        if listen_notify and self.lookahead_seconds > sql.NOTIFY_WINDOW_SECONDS:
+            raise ValueError(
+                "TEMPO_LOOKAHEAD_SECONDS must not exceed the notify window "
+                f"({sql.NOTIFY_WINDOW_SECONDS} s)"
+            )
+        if not listen_notify and self.dispatch_mode == "redis":
+            raise ValueError("TEMPO_DISPATCH_MODE=redis needs PostgreSQL (LISTEN/NOTIFY)")
+
+
+@functools.cache
+def tempo_settings() -> TempoSettings:
+    """This process's settings, read on first use: for code on the worker's per-job path
+    and the engine's database sessions, which have no long-lived object to hold them."""
+    return TempoSettings.load()
+
+
+def _read_again(*, setting: str, **kwargs) -> None:
+    if setting == "TEMPO":  # override_settings, as tests do
+        tempo_settings.cache_clear()
+
+
+setting_changed.connect(_read_again, dispatch_uid="tempo-settings-changed")

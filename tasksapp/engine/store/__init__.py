@@ -1,0 +1,27 @@
+"""The engine's bulk reads and writes of jobs, behind one interface (`JobStore`): on
+PostgreSQL its named statements with the database clock (`PostgresJobStore`), on any
+other database the same guards through the ORM (`SqliteJobStore`). The backend is
+chosen once per database vendor; nothing else branches on the vendor for these."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from django.db import connection
+
+from .base import JobStore
+from .postgres import PostgresJobStore
+from .sqlite import SqliteJobStore
+
+
+@cache
+def _store_for(vendor: str) -> JobStore:
+    return PostgresJobStore() if vendor == "postgresql" else SqliteJobStore()
+
+
+def job_store() -> JobStore:
+    """The job store of the default database."""
+    return _store_for(connection.vendor)
+
+
+__all__ = ["JobStore", "PostgresJobStore", "SqliteJobStore", "job_store"]

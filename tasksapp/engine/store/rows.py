@@ -1,0 +1,161 @@
+"""What the job store reads and writes: one frozen dataclass per row shape, its fields
+named as the statements name their columns."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MICROSECOND = dt.timedelta(microseconds=1)
+
+
+def ms_whole(value: dt.datetime) -> int:
+    return int(value.timestamp() * 1000)
+
+
+def ms_exact(value: dt.datetime) -> float:
+    return ((value - _EPOCH) // _MICROSECOND) / 1000  # whole microseconds, then ms
+
+
+def from_ms(ms: float) -> dt.datetime:
+    return _EPOCH + dt.timedelta(milliseconds=ms)
+
+
+# --- transitions -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DueJob:
+    id: int
+    run_at_ms: int
+    run_at: dt.datetime  # exact, for the keyset of the next page
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: int
+    token: int
+    run_at_ms: float  # exact, to the microsecond: when the job may start
+
+
+@dataclass(frozen=True)
+class DatabaseTime:
+    """A lower bound of the database clock, from one round trip: the database read its
+    clock (`read_ms`) before this process had the answer (`received`, time.monotonic()),
+    so at any later moment t it shows at least read_ms + (t - received). Too early by at
+    most the answer's way back; never too late, so a wait for it never ends early."""
+
+    read_ms: float
+    received: float
+    sent: float  # time.monotonic() when the question left: the bound is this loose at most
+
+    @property
+    def round_trip_ms(self) -> float:
+        return (self.received - self.sent) * 1000
+
+    def tighter(self, other: DatabaseTime) -> DatabaseTime:
+        """Of two valid lower bounds, the higher one."""
+        mine, theirs = self.read_ms - self.received * 1000, other.read_ms - other.received * 1000
+        return self if mine >= theirs else other
+
+    def at_least_ms(self, moment: float | None = None) -> float:
+        moment = time.monotonic() if moment is None else moment
+        return self.read_ms + (moment - self.received) * 1000
+
+    def moment_of(self, db_ms: float) -> float:
+        """The time.monotonic() by which the database clock has surely reached db_ms."""
+        return self.received + (db_ms - self.read_ms) / 1000
+
+
+@dataclass(frozen=True)
+class StartedJob:
+    id: int
+    token: int
+    handler: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    delivery: str
+    retry_policy: dict
+    idempotency_key: str
+    run_at: dt.datetime
+    time_limit: float | None
+    clock: DatabaseTime
+
+    @property
+    def begins_at(self) -> float:
+        """The time.monotonic() at which the handler may begin: run_at, surely."""
+        return self.clock.moment_of(ms_exact(self.run_at))
+
+
+@dataclass(frozen=True)
+class Reaped:
+    count: int
+    next_expiry_ms: int | None  # when the next lease in the same partitions expires
+
+
+# --- inserts ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job to insert; every other column starts at the store's defaults (scheduled, no
+    attempts, no lease, no errors)."""
+
+    handler: str
+    run_at: dt.datetime
+    payload: Any
+    max_attempts: int
+    retry_policy: dict
+    delivery: str
+    time_limit: float | None
+    idempotency_key: str
+
+
+@dataclass(frozen=True)
+class InsertedJob:
+    id: int
+    idempotency_key: str
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class JobTemplate:
+    """What every job of a member slice shares."""
+
+    handler: str
+    payload: dict
+    max_attempts: int
+    retry_policy: dict
+    delivery: str
+    time_limit: float | None
+
+
+@dataclass(frozen=True)
+class MemberSlice:
+    """The planner's insert: one job per member of a slice, from `template`, with
+    ``{"member_id": <id>}`` added to its payload and the key `key_prefix` + <id>. Members
+    due before `not_before` are counted as missed instead; keys already taken are skipped.
+
+    The members and their run times come from the planner, in two forms: `members_sql`
+    (with `members_params`) selects ``id, run_at`` on PostgreSQL, where the store inserts
+    from it in the same statement; `members` yields the same pairs through the ORM for the
+    other databases. The query's parameters must not reuse the store's names (handler,
+    payload, max_attempts, retry_policy, delivery, time_limit, key_prefix, not_before)."""
+
+    template: JobTemplate
+    key_prefix: str
+    not_before: dt.datetime
+    members_sql: str
+    members_params: Mapping[str, Any]
+    members: Callable[[], Iterable[tuple[int, dt.datetime]]]
+
+
+@dataclass(frozen=True)
+class PlannedSlice:
+    planned: int
+    missed: int

@@ -1,0 +1,291 @@
+"""The job store without PostgreSQL (the embedded SQLite mode): the same guarded
+transitions through the ORM, each batch inside one transaction, with this machine's
+clock for the database's (it runs on any database Django supports)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.db.models.functions import Mod
+from django.utils import timezone
+
+from tasksapp.engine.models import Delivery, Job, JobState
+from tasksapp.engine.models.jobs import DUE_STATES, LEASED_STATES
+
+from .base import LEASE_EXPIRED_KIND
+from .rows import (
+    Claim,
+    DatabaseTime,
+    DueJob,
+    InsertedJob,
+    JobTemplate,
+    MemberSlice,
+    NewJob,
+    PlannedSlice,
+    Reaped,
+    StartedJob,
+    from_ms,
+    ms_exact,
+    ms_whole,
+)
+
+INSERT_BATCH = 500
+
+
+def _secs(seconds: float) -> dt.timedelta:
+    return dt.timedelta(seconds=seconds)
+
+
+def _in_partitions(partitions: int, owned: Sequence[int]) -> Q:
+    if len(set(owned)) >= partitions:
+        return Q()
+    return Q(pk__in=Job.objects.alias(p=Mod("id", partitions)).filter(p__in=owned).values("id"))
+
+
+def _error_entry(attempt: int, at: dt.datetime, error: str, kind: str) -> dict[str, Any]:
+    """One more entry of a job's `errors`."""
+    return {"attempt": attempt, "at": at.isoformat(), "error": error, "kind": kind}
+
+
+def _lost_state(job: Job) -> str:
+    """Where a running job whose lease expired goes, per delivery mode and attempts."""
+    if job.delivery == Delivery.AT_MOST_ONCE:
+        return JobState.LOST
+    if job.attempts >= job.max_attempts:
+        return JobState.DEAD
+    return JobState.FAILED
+
+
+def _started(job: Job, clock: DatabaseTime) -> StartedJob:
+    return StartedJob(
+        id=job.id,
+        token=job.lease_token,
+        handler=job.handler,
+        payload=job.payload,
+        attempt=job.attempts,
+        max_attempts=job.max_attempts,
+        delivery=job.delivery,
+        retry_policy=job.retry_policy,
+        idempotency_key=job.idempotency_key,
+        run_at=job.run_at,
+        time_limit=job.time_limit,
+        clock=clock,
+    )
+
+
+class SqliteJobStore:
+    """The JobStore of the other databases (see tasksapp.engine.store.base for each)."""
+
+    def poll_due(
+        self,
+        *,
+        lookahead: float,
+        partitions: int,
+        owned: Sequence[int],
+        limit: int,
+        after: tuple[dt.datetime, int] | None,
+    ) -> list[DueJob]:
+        horizon = timezone.now() + _secs(lookahead)
+        jobs = Job.objects.filter(_in_partitions(partitions, owned), state__in=DUE_STATES)
+        if after is not None:
+            after_run_at, after_id = after
+            jobs = jobs.filter(Q(run_at__gt=after_run_at) | Q(run_at=after_run_at, id__gt=after_id))
+        due = jobs.filter(run_at__lt=horizon).order_by("run_at", "id")
+        rows = due.values_list("id", "run_at", named=True)[:limit]
+        return [
+            DueJob(id=row.id, run_at_ms=ms_whole(row.run_at), run_at=row.run_at) for row in rows
+        ]
+
+    def claim_due(self, *, ids: Sequence[int], owner: str, ttl: float, lead: float) -> list[Claim]:
+        with transaction.atomic():
+            now = timezone.now()
+            due = Job.objects.filter(
+                id__in=ids, state__in=DUE_STATES, run_at__lte=now + _secs(lead)
+            )
+            won = list(due.values_list("id", "lease_token", "run_at", named=True))
+            Job.objects.filter(id__in=[row.id for row in won], state__in=DUE_STATES).update(
+                state=JobState.CLAIMED,
+                lease_token=F("lease_token") + 1,
+                claimed_by=owner,
+                claimed_at=now,
+                lease_expires_at=now + _secs(ttl),
+            )
+        return [Claim(row.id, row.lease_token + 1, ms_exact(row.run_at)) for row in won]
+
+    def reap_expired(self, *, partitions: int, owned: Sequence[int], error: str) -> Reaped:
+        scope = Job.objects.filter(_in_partitions(partitions, owned), state__in=LEASED_STATES)
+        with transaction.atomic():
+            now = timezone.now()
+            expired = scope.filter(lease_expires_at__lt=now)
+            count = expired.filter(state=JobState.CLAIMED).update(
+                state=JobState.SCHEDULED, claimed_by="", lease_expires_at=None
+            )
+            for job in expired.filter(state=JobState.RUNNING):
+                count += self._lose_running(job, now, error)
+            upcoming = (
+                scope.filter(lease_expires_at__gte=now)
+                .order_by("lease_expires_at")
+                .values_list("lease_expires_at", flat=True)
+                .first()
+            )
+        return Reaped(count, ms_whole(upcoming) if upcoming else None)
+
+    def _lose_running(self, job: Job, now: dt.datetime, error: str) -> int:
+        entry = _error_entry(job.attempts, now, error, LEASE_EXPIRED_KIND)
+        held = Job.objects.filter(id=job.id, state=JobState.RUNNING, lease_token=job.lease_token)
+        return held.update(
+            state=_lost_state(job),
+            run_at=now,
+            finished_at=now,
+            last_error=error,
+            errors=[*job.errors, entry],
+            claimed_by="",
+            lease_expires_at=None,
+        )
+
+    def start(
+        self, *, claims: Sequence[tuple[int, int]], worker: str, ttl: float, lead: float
+    ) -> list[StartedJob]:
+        started = []
+        with transaction.atomic():
+            now = timezone.now()
+            for job_id, token in claims:
+                claimed = Job.objects.filter(
+                    id=job_id,
+                    lease_token=token,
+                    state=JobState.CLAIMED,
+                    run_at__lte=now + _secs(lead),
+                )
+                run_at = claimed.values_list("run_at", flat=True).first()
+                if run_at is None:
+                    continue
+                begins = max(run_at, now)
+                if claimed.update(
+                    state=JobState.RUNNING,
+                    attempts=F("attempts") + 1,
+                    started_at=begins,
+                    claimed_by=worker,
+                    lease_expires_at=begins + _secs(ttl),
+                ):
+                    started.append(Job.objects.get(id=job_id))
+        clock = self.database_time()
+        return [_started(job, clock) for job in started]
+
+    def succeed(self, *, outcomes: Sequence[tuple[int, int, Any, float | None]]) -> set[int]:
+        done = set()
+        with transaction.atomic():
+            now = timezone.now()
+            for job_id, token, result, began_ms in outcomes:
+                began = {} if began_ms is None else {"started_at": from_ms(began_ms)}
+                running = Job.objects.filter(id=job_id, lease_token=token, state=JobState.RUNNING)
+                if running.update(
+                    state=JobState.SUCCEEDED,
+                    finished_at=now,
+                    result=result,
+                    lease_expires_at=None,
+                    **began,
+                ):
+                    done.add(job_id)
+        return done
+
+    def fail(
+        self,
+        *,
+        job_id: int,
+        token: int,
+        state: str,
+        error: str,
+        kind: str,
+        retry_in: float | None,
+        began_ms: float | None,
+    ) -> bool:
+        running = Job.objects.filter(id=job_id, lease_token=token, state=JobState.RUNNING)
+        with transaction.atomic():
+            job = running.first()
+            if job is None:
+                return False
+            now = timezone.now()
+            return bool(
+                running.update(
+                    state=state,
+                    run_at=job.run_at if retry_in is None else now + _secs(retry_in),
+                    started_at=job.started_at if began_ms is None else from_ms(began_ms),
+                    finished_at=now,
+                    last_error=error,
+                    errors=[*job.errors, _error_entry(job.attempts, now, error, kind)],
+                    claimed_by="",
+                    lease_expires_at=None,
+                )
+            )
+
+    def renew(self, *, leases: Sequence[tuple[int, int]], ttl: float) -> int:
+        with transaction.atomic():
+            until = timezone.now() + _secs(ttl)
+            return sum(
+                Job.objects.filter(id=i, lease_token=t, state=JobState.RUNNING).update(
+                    lease_expires_at=until
+                )
+                for i, t in leases
+            )
+
+    def database_time(self) -> DatabaseTime:
+        now = time.monotonic()
+        return DatabaseTime(time.time() * 1000, now, now)
+
+    def insert_jobs(
+        self, source: Sequence[NewJob] | MemberSlice
+    ) -> list[InsertedJob] | PlannedSlice:
+        if isinstance(source, MemberSlice):
+            return self._insert_slice(source)
+        return self._insert_rows(source)
+
+    def _insert_rows(self, jobs: Sequence[NewJob]) -> list[InsertedJob]:
+        keys = [job.idempotency_key for job in jobs]
+        with transaction.atomic():
+            taken = set(
+                Job.objects.filter(idempotency_key__in=keys).values_list(
+                    "idempotency_key", flat=True
+                )
+            )
+            fresh: dict[str, Job] = {}  # a batch's repeated key: its first row, as on conflict
+            for job in jobs:
+                if job.idempotency_key not in taken:
+                    fresh.setdefault(job.idempotency_key, Job(**vars(job)))
+            created = Job.objects.bulk_create(fresh.values(), batch_size=INSERT_BATCH)
+        return [InsertedJob(job.id, job.idempotency_key, job.created_at) for job in created]
+
+    def _insert_slice(self, source: MemberSlice) -> PlannedSlice:
+        template, prefix = source.template, source.key_prefix
+        with transaction.atomic():
+            taken = set(
+                Job.objects.filter(idempotency_key__startswith=prefix).values_list(
+                    "idempotency_key", flat=True
+                )
+            )
+            jobs, missed = [], 0
+            for member_id, run_at in source.members():
+                key = f"{prefix}{member_id}"
+                if run_at < source.not_before:
+                    missed += 1
+                elif key not in taken:
+                    jobs.append(_member_job(template, member_id, run_at, key))
+            Job.objects.bulk_create(jobs, batch_size=INSERT_BATCH)
+        return PlannedSlice(planned=len(jobs), missed=missed)
+
+
+def _member_job(template: JobTemplate, member_id: int, run_at: dt.datetime, key: str) -> Job:
+    return Job(
+        handler=template.handler,
+        payload={**template.payload, "member_id": member_id},
+        run_at=run_at,
+        max_attempts=template.max_attempts,
+        retry_policy=template.retry_policy,
+        delivery=template.delivery,
+        time_limit=template.time_limit,
+        idempotency_key=key,
+    )
