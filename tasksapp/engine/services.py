@@ -10,12 +10,7 @@ from django.utils import timezone
 
 from tasksapp.engine.models import Delivery, Job, JobState
 from tasksapp.engine.models.jobs import DUE_STATES, new_idempotency_key
-from tasksapp.engine.options import (  # noqa: F401 (ERR_* re-exported for callers)
-    ERR_DELIVERY,
-    ERR_KEY,
-    ERR_MAX_ATTEMPTS,
-    ERR_PAYLOAD_JSON,
-    ERR_TIME_LIMIT,
+from tasksapp.engine.options import (
     JobOptions,
     JobOptionsError,
     validated_handler,

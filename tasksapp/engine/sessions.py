@@ -13,15 +13,10 @@ server's default (synchronous) commit.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
-
-import psycopg
-from django.db import connection, transaction
+from django.db import connection
 from django.db.backends.signals import connection_created
 
-from tasksapp.engine.settings import tempo_settings
+from tasksapp.engine.store import job_store, store_for
 
 
 def use_engine_sessions() -> None:
@@ -39,60 +34,10 @@ def _engine_session(sender, connection, **kwargs) -> None:
     # burst after it ran 30-70 ms late. A broken session is still replaced
     # (close_old_connections checks for errors).
     connection.close_at = None
-    if tempo_settings().async_commit and connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SET synchronous_commit TO off")
+    store_for(connection.vendor).configure_session(connection)
 
 
 def flush_commits() -> None:
-    """Return once every earlier commit of this session is on disk: a synchronous commit
-    that writes WAL flushes everything before it."""
-    if connection.vendor != "postgresql" or not tempo_settings().async_commit:
-        return
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL synchronous_commit TO on")
-        cursor.execute("SELECT txid_current()")
-
-
-NEVER_BY_ITSELF = 2**31 - 1  # executions before psycopg would prepare a statement unasked
-
-
-@contextmanager
-def engine_cursor() -> Iterator[Any]:
-    """A cursor for the worker's per-job statements (start, finish) that binds parameters
-    on the server and prepares the statement once per session.
-
-    Django's PostgreSQL cursors bind parameters client-side, so the server parses and
-    plans every statement anew: about 0.5 ms for the start, between a job's run time and
-    its handler, paid by every worker at once in a burst. Their generic plan is the one
-    wanted at any size (the ids, then the primary key). The dispatcher's claim is not
-    prepared: its best plan depends on how many jobs it claims and how many are due.
-    `TEMPO_PREPARED_STATEMENTS=false` turns this off (for a connection pooler in
-    transaction mode older than PgBouncer 1.21).
-    """
-    if connection.vendor != "postgresql" or not tempo_settings().prepared_statements:
-        with connection.cursor() as cursor:
-            yield cursor
-        return
-    connection.ensure_connection()
-    raw = connection.connection
-    if raw.prepare_threshold is None:
-        # Django turns preparing off for the whole session; its own (client-side binding)
-        # cursors never prepare anyway, so only `prepare=True` below ever does.
-        raw.prepare_threshold = NEVER_BY_ITSELF
-    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
-        yield _Prepared(cursor)
-
-
-class _Prepared:
-    def __init__(self, cursor: psycopg.Cursor) -> None:
-        self._cursor = cursor
-
-    def execute(self, query: str, params: dict[str, Any]) -> None:
-        self._cursor.execute(query, params, prepare=True)
-
-    def fetchall(self) -> list[tuple]:
-        return self._cursor.fetchall()
-
-    def fetchone(self) -> tuple | None:
-        return self._cursor.fetchone()
+    """Return once every earlier commit of this session is on disk (before an
+    at-most-once job's handler runs)."""
+    job_store().flush_commits()

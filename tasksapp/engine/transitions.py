@@ -15,7 +15,14 @@ from typing import Any
 
 from tasksapp.engine.models import JobState
 from tasksapp.engine.store import job_store
-from tasksapp.engine.store.rows import Claim, DatabaseTime, DueJob, StartedJob
+from tasksapp.engine.store.rows import (
+    Claim,
+    DatabaseTime,
+    DueJob,
+    FailedAttempt,
+    PollWindow,
+    StartedJob,
+)
 
 __all__ = [
     "LEASE_EXPIRED_ERROR",
@@ -52,9 +59,7 @@ def job_poll_due(
 ) -> list[DueJob]:
     """Pending jobs due before now + lookahead in the owned partitions, ordered by
     (run_at, id), starting after the keyset `after` = (run_at, id) of a previous page."""
-    return job_store().poll_due(
-        lookahead=lookahead, partitions=partitions, owned=owned, limit=limit, after=after
-    )
+    return job_store().poll_due(PollWindow(lookahead, partitions, owned, limit, after))
 
 
 def job_claim_due(*, ids: Sequence[int], owner: str, ttl: float, lead: float = 1.0) -> list[Claim]:
@@ -106,15 +111,9 @@ def job_fail(
     began_ms: float | None = None,
 ) -> bool:
     """running → failed (retry after `retry_in` s) or → dead (`retry_in` is None)."""
-    return job_store().fail(
-        job_id=job_id,
-        token=token,
-        state=JobState.DEAD if retry_in is None else JobState.FAILED,
-        error=error[:ERROR_MAX_CHARS],
-        kind=kind,
-        retry_in=retry_in,
-        began_ms=began_ms,
-    )
+    state = JobState.DEAD if retry_in is None else JobState.FAILED
+    attempt = FailedAttempt(job_id, token, state, error[:ERROR_MAX_CHARS], kind, retry_in, began_ms)
+    return job_store().fail(attempt)
 
 
 def job_renew(*, leases: Sequence[tuple[int, int]], ttl: float) -> int:

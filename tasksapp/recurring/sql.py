@@ -8,6 +8,8 @@ harmless: a job's idempotency key is `plan:<task>:<period>:<member>`, and confli
 skipped.
 """
 
+from tasksapp.engine.sql import JOB_TABLE
+
 MEMBER_TABLE = "tasksapp_member"
 TASK_TABLE = "tasksapp_recurringtask"
 
@@ -26,10 +28,23 @@ MEMBER_SLICE = f"""
 
 # Members being created, deleted or (de)activated hold this while they look at planned
 # slices; planning a slice holds FOR UPDATE on its task. So a member either is seen by
-# the slice's insert or sees the slice plan, never neither (see services.planning).
+# the slice's insert or sees the slice plan, never neither (see recurring.services.members).
 LOCK_TASKS_SHARED = f"SELECT id FROM {TASK_TABLE} WHERE active ORDER BY id FOR SHARE"
 
 LOCK_ORDINALS = "SELECT pg_advisory_xact_lock(%(lock_class)s, 0)"
+
+# A task's plan page: active members per slice, and its jobs' load over one period.
+MEMBERS_PER_SLICE = f"""
+SELECT least(floor(phase * %(slices)s)::int, %(slices)s - 1), count(*)
+FROM {MEMBER_TABLE} WHERE active GROUP BY 1
+"""
+JOB_LOAD = f"""
+SELECT least(floor(extract(epoch FROM run_at - %(start)s) / %(width)s)::int, %(buckets)s - 1),
+       count(*)
+FROM {JOB_TABLE}
+WHERE handler = %(handler)s AND run_at >= %(start)s AND run_at < %(end)s
+GROUP BY 1
+"""
 
 # Bulk fill for demos and benchmarks: members `start` .. `stop - 1`, ordinals equal to
 # their number and golden-ratio phases (the same 64-bit fixed point as golden_phase).

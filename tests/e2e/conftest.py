@@ -1,1 +1,1 @@
-from tests.dashboard.fixtures import *  # noqa: F403
+from tests.web.dashboard.fixtures import *  # noqa: F403

@@ -22,7 +22,7 @@ from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState,
 from tasksapp.graphs.models import GraphState
 from tasksapp.recurring.services import member_create_many, recurring_task_create, slice_plan
 from tasksapp.web.models import OperatorAction
-from tests.dashboard.fixtures import HANDLER, make_job, run_demo_graph
+from tests.web.dashboard.fixtures import HANDLER, make_job, run_demo_graph
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

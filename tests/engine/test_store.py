@@ -18,7 +18,15 @@ from tasksapp.engine import services
 from tasksapp.engine.models import Job, JobState
 from tasksapp.engine.store import PostgresJobStore, SqliteJobStore, job_store
 from tasksapp.engine.store.postgres import rows_of
-from tasksapp.engine.store.rows import Claim, JobTemplate, MemberSlice, NewJob, ms_exact
+from tasksapp.engine.store.rows import (
+    Claim,
+    FailedAttempt,
+    JobTemplate,
+    MemberSlice,
+    NewJob,
+    PollWindow,
+    ms_exact,
+)
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -110,9 +118,9 @@ def test_a_success_needs_the_lease_and_records_result_and_start(store):
 def test_a_failure_appends_one_error_entry(store, state, retry_in):
     job = JobFactory()
     started = running(store, job)
-    failed = dict(job_id=job.id, token=started.token, state=state, error="boom", kind="exception")
-    assert store.fail(**failed, retry_in=retry_in, began_ms=None)
-    assert not store.fail(**failed, retry_in=retry_in, began_ms=None)  # not running any more
+    failed = FailedAttempt(job.id, started.token, state, "boom", "exception", retry_in, None)
+    assert store.fail(failed)
+    assert not store.fail(failed)  # not running any more
     job.refresh_from_db()
     (entry,) = job.errors
     assert job.state == state and job.last_error == "boom" and job.claimed_by == ""
@@ -183,7 +191,7 @@ def test_a_poll_pages_through_jobs_that_share_one_run_time(store):
     jobs = JobFactory.create_batch(5, run_at=run_at)
     JobFactory(run_at=run_at + dt.timedelta(minutes=5))  # beyond the lookahead
     pages, after = [], None
-    while page := store.poll_due(lookahead=60, partitions=16, owned=ALL, limit=2, after=after):
+    while page := store.poll_due(PollWindow(60, 16, ALL, limit=2, after=after)):
         pages.append(page)
         after = (page[-1].run_at, page[-1].id)
     assert [len(page) for page in pages] == [2, 2, 1]

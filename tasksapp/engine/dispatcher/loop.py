@@ -29,6 +29,7 @@ from tasksapp.engine.models import Dispatcher, DispatcherCounter
 from tasksapp.engine.runtime import freeze_startup_heap
 from tasksapp.engine.sessions import use_engine_sessions
 from tasksapp.engine.settings import TempoSettings
+from tasksapp.engine.store import job_store
 from tasksapp.engine.transitions import Claim, job_claim_due, job_reap_expired
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,7 @@ class DispatcherLoop:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.partitions = self.settings.partitions
         self.publisher = publisher or CeleryPublisher(queue=self.settings.queue)
-        self.uses_notify = connection.vendor == "postgresql"
+        self.uses_notify = job_store().notifies
         self.settings.check_dispatch(listen_notify=self.uses_notify)
         self.counters: Counter[str] = Counter()
         self.stopping = False

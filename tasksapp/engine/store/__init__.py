@@ -15,13 +15,14 @@ from .sqlite import SqliteJobStore
 
 
 @cache
-def _store_for(vendor: str) -> JobStore:
+def store_for(vendor: str) -> JobStore:
+    """The job store of a database of this vendor (one per process)."""
     return PostgresJobStore() if vendor == "postgresql" else SqliteJobStore()
 
 
 def job_store() -> JobStore:
     """The job store of the default database."""
-    return _store_for(connection.vendor)
+    return store_for(connection.vendor)
 
 
-__all__ = ["JobStore", "PostgresJobStore", "SqliteJobStore", "job_store"]
+__all__ = ["JobStore", "PostgresJobStore", "SqliteJobStore", "job_store", "store_for"]

@@ -7,51 +7,45 @@ callers (tasksapp.engine.transitions) never pass empty batches.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 from typing import Any, Protocol, overload
 
-from .rows import (
-    Claim,
-    DatabaseTime,
-    DueJob,
-    InsertedJob,
-    MemberSlice,
-    NewJob,
-    PlannedSlice,
-    Reaped,
-    StartedJob,
-)
+from . import rows
 
 LEASE_EXPIRED_KIND = "lease_expired"  # the error entry of a running job whose lease expired
 
 
 class JobStore(Protocol):
-    def poll_due(
-        self,
-        *,
-        lookahead: float,
-        partitions: int,
-        owned: Sequence[int],
-        limit: int,
-        after: tuple[dt.datetime, int] | None,
-    ) -> list[DueJob]:
-        """Scheduled or failed jobs due before now + lookahead in the owned partitions,
-        ordered by (run_at, id), after the keyset `after`."""
+    # Whether the database announces new work (LISTEN/NOTIFY) and can hold partitions
+    # (advisory locks); without it one dispatcher owns every partition and polls often.
+    notifies: bool
+
+    def configure_session(self, connection: Any) -> None:
+        """Set up a new session of a dispatcher or worker (asynchronous commits)."""
         ...
 
-    def claim_due(self, *, ids: Sequence[int], owner: str, ttl: float, lead: float) -> list[Claim]:
+    def flush_commits(self) -> None:
+        """Return once every earlier commit of this session is durable."""
+        ...
+
+    def poll_due(self, window: rows.PollWindow) -> list[rows.DueJob]:
+        """Scheduled or failed jobs in the window, ordered by (run_at, id)."""
+        ...
+
+    def claim_due(
+        self, *, ids: Sequence[int], owner: str, ttl: float, lead: float
+    ) -> list[rows.Claim]:
         """scheduled|failed → claimed for the ids due within `lead` s; the claims won."""
         ...
 
-    def reap_expired(self, *, partitions: int, owned: Sequence[int], error: str) -> Reaped:
+    def reap_expired(self, *, partitions: int, owned: Sequence[int], error: str) -> rows.Reaped:
         """Expired leases in the owned partitions: claimed → scheduled; running → lost,
         dead or failed (with `error`) per delivery mode and attempts."""
         ...
 
     def start(
         self, *, claims: Sequence[tuple[int, int]], worker: str, ttl: float, lead: float
-    ) -> list[StartedJob]:
+    ) -> list[rows.StartedJob]:
         """claimed → running for each (id, token) due within `lead` s."""
         ...
 
@@ -59,38 +53,27 @@ class JobStore(Protocol):
         """running → succeeded for each (id, token, result, began_ms); the ids finished."""
         ...
 
-    def fail(
-        self,
-        *,
-        job_id: int,
-        token: int,
-        state: str,
-        error: str,
-        kind: str,
-        retry_in: float | None,
-        began_ms: float | None,
-    ) -> bool:
-        """running → `state` (failed: due again in `retry_in` s; dead), one error entry
-        more."""
+    def fail(self, attempt: rows.FailedAttempt) -> bool:
+        """running → the attempt's state, if the job still holds its token."""
         ...
 
     def renew(self, *, leases: Sequence[tuple[int, int]], ttl: float) -> int:
         """Extend the leases of running jobs still held by (id, token)."""
         ...
 
-    def database_time(self) -> DatabaseTime:
+    def database_time(self) -> rows.DatabaseTime:
         """One round trip's lower bound of the database clock."""
         ...
 
     @overload
-    def insert_jobs(self, source: Sequence[NewJob]) -> list[InsertedJob]: ...
+    def insert_jobs(self, source: Sequence[rows.NewJob]) -> list[rows.InsertedJob]: ...
 
     @overload
-    def insert_jobs(self, source: MemberSlice) -> PlannedSlice: ...
+    def insert_jobs(self, source: rows.MemberSlice) -> rows.PlannedSlice: ...
 
     def insert_jobs(
-        self, source: Sequence[NewJob] | MemberSlice
-    ) -> list[InsertedJob] | PlannedSlice:
+        self, source: Sequence[rows.NewJob] | rows.MemberSlice
+    ) -> list[rows.InsertedJob] | rows.PlannedSlice:
         """Insert new jobs, skipping idempotency keys already taken: the given rows (the
         ones inserted come back), or a member slice (how many were planned and missed)."""
         ...

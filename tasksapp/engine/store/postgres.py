@@ -8,7 +8,6 @@ named as the fields of the rows they become (tasksapp.engine.store.rows).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -22,18 +21,21 @@ from psycopg.rows import RowFactory, no_result
 
 from tasksapp.engine.models import Delivery, JobState
 from tasksapp.engine.models.jobs import DUE_STATES, LEASED_STATES
-from tasksapp.engine.sessions import engine_cursor
 from tasksapp.engine.sql import JOB_TABLE
 
+from . import pg_session
 from .base import LEASE_EXPIRED_KIND
+from .pg_session import engine_cursor
 from .rows import (
     Claim,
     DatabaseTime,
     DueJob,
+    FailedAttempt,
     InsertedJob,
     MemberSlice,
     NewJob,
     PlannedSlice,
+    PollWindow,
     Reaped,
     StartedJob,
 )
@@ -314,22 +316,22 @@ _INSERTED, _PLANNED = rows_of(InsertedJob), rows_of(PlannedSlice)
 class PostgresJobStore:
     """The JobStore of PostgreSQL (see tasksapp.engine.store.base for each operation)."""
 
-    def poll_due(
-        self,
-        *,
-        lookahead: float,
-        partitions: int,
-        owned: Sequence[int],
-        limit: int,
-        after: tuple[dt.datetime, int] | None,
-    ) -> list[DueJob]:
-        after_run_at, after_id = after if after else (None, None)
+    notifies = True
+
+    def configure_session(self, connection: Any) -> None:
+        pg_session.configure_session(connection)
+
+    def flush_commits(self) -> None:
+        pg_session.flush_commits()
+
+    def poll_due(self, window: PollWindow) -> list[DueJob]:
+        after_run_at, after_id = window.after if window.after else (None, None)
         params = {
-            "lookahead": lookahead,
-            "limit": limit,
+            "lookahead": window.lookahead,
+            "limit": window.limit,
             "after_run_at": after_run_at,
             "after_id": after_id,
-            **_partition_params(partitions, owned),
+            **_partition_params(window.partitions, window.owned),
         }
         with _cursor(_DUE_JOBS) as cursor:
             cursor.execute(POLL_DUE, params)
@@ -375,22 +377,18 @@ class PostgresJobStore:
             cursor.execute(SUCCEED_RUNNING, params)
             return {job_id for (job_id,) in cursor.fetchall()}
 
-    def fail(
-        self,
-        *,
-        job_id: int,
-        token: int,
-        state: str,
-        error: str,
-        kind: str,
-        retry_in: float | None,
-        began_ms: float | None,
-    ) -> bool:
-        params = {"id": job_id, "token": token, "state": state, "delay": retry_in or 0.0}
+    def fail(self, attempt: FailedAttempt) -> bool:
+        params = {
+            "id": attempt.job_id,
+            "token": attempt.token,
+            "state": attempt.state,
+            "delay": attempt.retry_in or 0.0,
+            "error": attempt.error,
+            "kind": attempt.kind,
+            "began_ms": attempt.began_ms,
+        }
         with _cursor() as cursor:
-            cursor.execute(
-                FAIL_RUNNING, {**params, "error": error, "kind": kind, "began_ms": began_ms}
-            )
+            cursor.execute(FAIL_RUNNING, params)
             return cursor.fetchone() is not None
 
     def renew(self, *, leases: Sequence[tuple[int, int]], ttl: float) -> int:

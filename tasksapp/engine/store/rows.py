@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,19 @@ def from_ms(ms: float) -> dt.datetime:
 
 
 # --- transitions -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PollWindow:
+    """Which pending jobs a poll reads: those due before now + `lookahead` s in the
+    `owned` of `partitions` partitions, at most `limit`, after the keyset `after` =
+    (run_at, id) of a previous page."""
+
+    lookahead: float
+    partitions: int
+    owned: Sequence[int]
+    limit: int
+    after: tuple[dt.datetime, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +103,20 @@ class StartedJob:
     def begins_at(self) -> float:
         """The time.monotonic() at which the handler may begin: run_at, surely."""
         return self.clock.moment_of(ms_exact(self.run_at))
+
+
+@dataclass(frozen=True)
+class FailedAttempt:
+    """A running job's attempt that failed: it moves to `state` (failed: due again in
+    `retry_in` s; dead), with one error entry more."""
+
+    job_id: int
+    token: int
+    state: str
+    error: str
+    kind: str
+    retry_in: float | None
+    began_ms: float | None  # when the handler began (database time), if it did
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,13 @@ from .rows import (
     Claim,
     DatabaseTime,
     DueJob,
+    FailedAttempt,
     InsertedJob,
     JobTemplate,
     MemberSlice,
     NewJob,
     PlannedSlice,
+    PollWindow,
     Reaped,
     StartedJob,
     from_ms,
@@ -81,22 +83,23 @@ def _started(job: Job, clock: DatabaseTime) -> StartedJob:
 class SqliteJobStore:
     """The JobStore of the other databases (see tasksapp.engine.store.base for each)."""
 
-    def poll_due(
-        self,
-        *,
-        lookahead: float,
-        partitions: int,
-        owned: Sequence[int],
-        limit: int,
-        after: tuple[dt.datetime, int] | None,
-    ) -> list[DueJob]:
-        horizon = timezone.now() + _secs(lookahead)
-        jobs = Job.objects.filter(_in_partitions(partitions, owned), state__in=DUE_STATES)
-        if after is not None:
-            after_run_at, after_id = after
+    notifies = False
+
+    def configure_session(self, connection: Any) -> None:
+        pass  # SQLite commits synchronously, and its writers are serialised
+
+    def flush_commits(self) -> None:
+        pass  # every commit is durable already
+
+    def poll_due(self, window: PollWindow) -> list[DueJob]:
+        horizon = timezone.now() + _secs(window.lookahead)
+        owned = _in_partitions(window.partitions, window.owned)
+        jobs = Job.objects.filter(owned, state__in=DUE_STATES)
+        if window.after is not None:
+            after_run_at, after_id = window.after
             jobs = jobs.filter(Q(run_at__gt=after_run_at) | Q(run_at=after_run_at, id__gt=after_id))
         due = jobs.filter(run_at__lt=horizon).order_by("run_at", "id")
-        rows = due.values_list("id", "run_at", named=True)[:limit]
+        rows = due.values_list("id", "run_at", named=True)[: window.limit]
         return [
             DueJob(id=row.id, run_at_ms=ms_whole(row.run_at), run_at=row.run_at) for row in rows
         ]
@@ -193,18 +196,11 @@ class SqliteJobStore:
                     done.add(job_id)
         return done
 
-    def fail(
-        self,
-        *,
-        job_id: int,
-        token: int,
-        state: str,
-        error: str,
-        kind: str,
-        retry_in: float | None,
-        began_ms: float | None,
-    ) -> bool:
-        running = Job.objects.filter(id=job_id, lease_token=token, state=JobState.RUNNING)
+    def fail(self, attempt: FailedAttempt) -> bool:
+        running = Job.objects.filter(
+            id=attempt.job_id, lease_token=attempt.token, state=JobState.RUNNING
+        )
+        retry_in, began_ms, error = attempt.retry_in, attempt.began_ms, attempt.error
         with transaction.atomic():
             job = running.first()
             if job is None:
@@ -212,12 +208,12 @@ class SqliteJobStore:
             now = timezone.now()
             return bool(
                 running.update(
-                    state=state,
+                    state=attempt.state,
                     run_at=job.run_at if retry_in is None else now + _secs(retry_in),
                     started_at=job.started_at if began_ms is None else from_ms(began_ms),
                     finished_at=now,
                     last_error=error,
-                    errors=[*job.errors, _error_entry(job.attempts, now, error, kind)],
+                    errors=[*job.errors, _error_entry(job.attempts, now, error, attempt.kind)],
                     claimed_by="",
                     lease_expires_at=None,
                 )

@@ -11,29 +11,16 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from django.db import connection
 from django.db.models import Count, Max
 from django.utils import timezone
 
-from tasksapp.engine.models import Job
 from tasksapp.recurring.models import Member, RecurringTask, SlicePlan
 from tasksapp.recurring.schedule import Grid, slice_of
 from tasksapp.recurring.selectors.schedules import member_next_runs, recurring_task_schedule
+from tasksapp.recurring.store import recurring_store
 
 LOAD_BUCKETS = 96  # points on the load curve of one period
 NEXT_RUNS = 5
-
-SQL_MEMBERS_PER_SLICE = """
-SELECT least(floor(phase * %(slices)s)::int, %(slices)s - 1), count(*)
-FROM tasksapp_member WHERE active GROUP BY 1
-"""
-SQL_JOB_LOAD = """
-SELECT least(floor(extract(epoch FROM run_at - %(start)s) / %(width)s)::int, %(buckets)s - 1),
-       count(*)
-FROM tasksapp_job
-WHERE handler = %(handler)s AND run_at >= %(start)s AND run_at < %(end)s
-GROUP BY 1
-"""
 
 
 @dataclass(frozen=True)
@@ -150,15 +137,7 @@ def recurring_task_plan(
 
 
 def _members_per_slice(slices: int) -> dict[int, int]:
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(SQL_MEMBERS_PER_SLICE, {"slices": slices})
-            return dict(cursor.fetchall())
-    counts: dict[int, int] = {}
-    for phase in Member.objects.filter(active=True).values_list("phase", flat=True):
-        index = slice_of(phase, slices)
-        counts[index] = counts.get(index, 0) + 1
-    return counts
+    return recurring_store().members_per_slice(slices)
 
 
 def _job_load(
@@ -166,25 +145,11 @@ def _job_load(
 ) -> tuple[list[dt.datetime], list[int]]:
     """Jobs of `handler` due in [start, end), in LOAD_BUCKETS equal parts of it."""
     width = (end - start) / LOAD_BUCKETS
+    load = recurring_store().job_load(
+        handler=handler, start=start, width=width, buckets=LOAD_BUCKETS
+    )
     starts = [start + width * i for i in range(LOAD_BUCKETS)]
-    counts = [0] * LOAD_BUCKETS
-    if connection.vendor == "postgresql":
-        params = {
-            "handler": handler,
-            "start": start,
-            "end": end,
-            "width": width.total_seconds(),
-            "buckets": LOAD_BUCKETS,
-        }
-        with connection.cursor() as cursor:
-            cursor.execute(SQL_JOB_LOAD, params)
-            for index, count in cursor.fetchall():
-                counts[index] = count
-        return starts, counts
-    jobs = Job.objects.filter(handler=handler, run_at__gte=start, run_at__lt=end)
-    for run_at in jobs.values_list("run_at", flat=True):
-        counts[min(int((run_at - start) / width), LOAD_BUCKETS - 1)] += 1
-    return starts, counts
+    return starts, [load.get(i, 0) for i in range(LOAD_BUCKETS)]
 
 
 def member_runs_for_task(

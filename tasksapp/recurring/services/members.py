@@ -6,18 +6,18 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
 from tasksapp.engine.models import Job, JobState
 from tasksapp.engine.models.jobs import DUE_STATES
 from tasksapp.engine.services import JobInputError, job_cancel, job_retry
-from tasksapp.recurring import phases, sql
+from tasksapp.recurring import phases
 from tasksapp.recurring.models import FreeOrdinal, Member, SlicePlan
 from tasksapp.recurring.selectors.schedules import slice_plans_open, slice_plans_with_pending_jobs
+from tasksapp.recurring.settings import planning_settings
+from tasksapp.recurring.store import recurring_store
 
 from .errors import PlanningInputError
 from .slices import job_key_prefix, lock_active_tasks_shared, plan_members
@@ -25,7 +25,6 @@ from .slices import job_key_prefix, lock_active_tasks_shared, plan_members
 ERR_EXTERNAL_ID = "external_id must be a non-empty string of at most 200 characters."
 ERR_EXTERNAL_ID_TWICE = "external_ids lists {ids} more than once."
 ERR_MEMBER_EXISTS = "a member with external_id {ids} already exists."
-ERR_STRATEGY = "TEMPO_PHASE_STRATEGY must be one of: {choices} (got {value!r})."
 
 
 def member_create(*, external_id: str) -> Member:
@@ -97,19 +96,12 @@ def _validated_external_ids(external_ids: Sequence[str]) -> list[str]:
 
 
 def _strategy() -> str:
-    value = settings.TEMPO_PLANNING["PHASE_STRATEGY"]
-    if value not in phases.STRATEGIES:
-        raise ImproperlyConfigured(
-            ERR_STRATEGY.format(choices=", ".join(phases.STRATEGIES), value=value)
-        )
-    return value
+    return planning_settings().phase_strategy
 
 
 def _take_ordinals(count: int) -> list[int]:
     """The lowest freed ordinals first, then new ones above every ordinal ever given."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(sql.LOCK_ORDINALS, {"lock_class": sql.ORDINAL_LOCK_CLASS})
+    recurring_store().lock_ordinals()
     freed = list(FreeOrdinal.objects.order_by("ordinal").values_list("ordinal", flat=True)[:count])
     FreeOrdinal.objects.filter(ordinal__in=freed).delete()
     top = Member.objects.aggregate(top=Max("ordinal"))["top"]

@@ -12,8 +12,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
 
-from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from tasksapp.engine.store import job_store
@@ -22,6 +21,8 @@ from tasksapp.recurring import sql
 from tasksapp.recurring.models import Member, RecurringTask, SlicePlan
 from tasksapp.recurring.schedule import MICROSECOND, Grid
 from tasksapp.recurring.selectors.schedules import recurring_task_schedule, slice_plan_last_key
+from tasksapp.recurring.settings import planning_settings
+from tasksapp.recurring.store import recurring_store
 
 from .errors import PlanningInputError
 
@@ -38,9 +39,7 @@ def job_key_prefix(task_id: int, period: int) -> str:
 
 def lock_active_tasks_shared() -> None:
     """Members call this before they read planned slices (see the package docstring)."""
-    if connection.vendor == "postgresql":  # SQLite serialises writers by itself
-        with connection.cursor() as cursor:
-            cursor.execute(sql.LOCK_TASKS_SHARED)
+    recurring_store().lock_active_tasks_shared()
 
 
 @dataclass
@@ -82,7 +81,7 @@ def slice_plan(
             ends_at=ends_at,
         )
         began = time.perf_counter()
-        grace = dt.timedelta(seconds=settings.TEMPO_PLANNING["LATE_GRACE_SECONDS"])
+        grace = dt.timedelta(seconds=planning_settings().late_grace_seconds)
         plan.jobs_planned, plan.missed = plan_members(plan, not_before=now - grace)
         plan.duration_ms = (time.perf_counter() - began) * 1000
         plan.save(update_fields=["jobs_planned", "missed", "duration_ms"])
@@ -106,10 +105,10 @@ def plan_due_slices(*, now: dt.datetime | None = None) -> PlanningSummary:
 
 
 def _plan_task(task: RecurringTask, *, now: dt.datetime, summary: PlanningSummary) -> None:
-    cfg = settings.TEMPO_PLANNING
+    cfg = planning_settings()
     schedule = recurring_task_schedule(task=task)
     last = slice_plan_last_key(task=task)
-    not_before = now - dt.timedelta(seconds=cfg["LATE_GRACE_SECONDS"])
+    not_before = now - dt.timedelta(seconds=cfg.late_grace_seconds)
     if last is not None and schedule.first_slice_ending_after(not_before) > schedule.next_slice(
         last
     ):
@@ -118,7 +117,7 @@ def _plan_task(task: RecurringTask, *, now: dt.datetime, summary: PlanningSummar
             task.name,
             tuple(last),
         )
-    until = now + dt.timedelta(seconds=cfg["HORIZON_SECONDS"])
+    until = now + dt.timedelta(seconds=cfg.horizon_seconds)
     for key in schedule.slices_to_plan(last=last, not_before=not_before, until=until):
         plan = slice_plan(task=task, period=key.period, slice_index=key.index, now=now)
         summary.slices += 1

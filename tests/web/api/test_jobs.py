@@ -12,7 +12,7 @@ from tasksapp.engine.handlers import ERR_HANDLER_PATH
 from tasksapp.engine.models import Job, JobState
 from tasksapp.engine.retry import ERR_POLICY_TYPE
 from tasksapp.web.models import OperatorAction
-from tests.dashboard.fixtures import HANDLER, api_client_for, make_job
+from tests.web.dashboard.fixtures import HANDLER, api_client_for, make_job
 
 pytestmark = pytest.mark.django_db
 JOBS = "/api/jobs/"
@@ -85,7 +85,7 @@ def test_schedule_is_idempotent_with_a_key(operator_api):
         ({"run_at": "soon"}, "run_at", "Datetime has wrong format"),
         ({"handler": "nodots"}, "handler", "handler must be a dotted path"),
         ({"handler": "no.such.module"}, "handler", "cannot be imported"),
-        ({"handler": "tasksapp.engine.services.ERR_KEY"}, "handler", "is not callable"),
+        ({"handler": "tasksapp.engine.options.ERR_KEY"}, "handler", "is not callable"),
         ({"max_attempts": 0}, "max_attempts", "greater than or equal to 1"),
         ({"delivery": "twice"}, "delivery", "is not a valid choice"),
         ({"retry_policy": {"delays": []}}, "retry_policy", "retry_policy.delays must be"),

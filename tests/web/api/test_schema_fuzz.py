@@ -10,7 +10,7 @@ from schemathesis.checks import not_a_server_error
 
 from schedapp.wsgi import application
 from tasksapp.recurring.services import member_create
-from tests.dashboard.fixtures import api_client_for, make_job
+from tests.web.dashboard.fixtures import api_client_for, make_job
 
 SCHEMA_URL = "/api/schema/?format=json"
 

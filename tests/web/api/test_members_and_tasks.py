@@ -10,7 +10,7 @@ from django.utils import timezone
 from tasksapp.recurring.models import Member, RecurringTask
 from tasksapp.recurring.services import member_create, recurring_task_create
 from tasksapp.web.models import OperatorAction
-from tests.dashboard.fixtures import HANDLER
+from tests.web.dashboard.fixtures import HANDLER
 
 pytestmark = pytest.mark.django_db
 

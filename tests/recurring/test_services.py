@@ -77,8 +77,8 @@ def test_members_get_consecutive_ordinals_and_golden_phases(planning):
     assert Member.objects.get(external_id="u3").phase == golden_phase(3)
 
 
-def test_random_strategy_gives_phases_in_the_unit_interval(planning):
-    planning["PHASE_STRATEGY"] = "random"
+def test_random_strategy_gives_phases_in_the_unit_interval(settings, planning):
+    settings.TEMPO_PLANNING = {**planning, "PHASE_STRATEGY": "random"}
     created = members(50)
     assert all(0 <= m.phase < 1 for m in created)
     assert len({m.phase for m in created}) == 50

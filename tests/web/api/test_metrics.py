@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.dashboard.fixtures import api_client_for
+from tests.web.dashboard.fixtures import api_client_for
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ from tasksapp.graphs.planner import graph_plan
 from tasksapp.recurring.models import SlicePlan
 from tasksapp.recurring.services import member_create_many, recurring_task_create, slice_plan
 from tasksapp.web.selectors.jobs import cursor_encode
-from tests.dashboard.fixtures import HANDLER, make_job, run_demo_graph
+from tests.web.dashboard.fixtures import HANDLER, make_job, run_demo_graph
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ from tasksapp.engine.retry import ERR_POLICY_DELAYS
 from tasksapp.recurring.models import Member, RecurringTask
 from tasksapp.recurring.services import member_create, recurring_task_create
 from tasksapp.web.models import OperatorAction
-from tests.dashboard.fixtures import HANDLER, make_job
+from tests.web.dashboard.fixtures import HANDLER, make_job
 
 pytestmark = pytest.mark.django_db
 NOT_CALLABLE = "handler 'tests.handlers.recording.NOT_CALLABLE' is not callable."

@@ -13,7 +13,7 @@ from tasksapp.engine.models import Job, JobState
 from tasksapp.recurring.models import RecurringTask
 from tasksapp.recurring.services import recurring_task_create
 from tasksapp.web.models import OperatorAction
-from tests.dashboard.fixtures import HANDLER, make_job
+from tests.web.dashboard.fixtures import HANDLER, make_job
 
 pytestmark = pytest.mark.django_db
 

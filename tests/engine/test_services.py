@@ -3,6 +3,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from tasksapp.engine import options
 from tasksapp.engine import services as errors
 from tasksapp.engine.models import Job, JobState
 from tasksapp.engine.services import JobInputError, job_cancel, job_retry, job_schedule
@@ -56,14 +57,14 @@ def test_same_idempotency_key_returns_the_existing_job():
         ({"run_at": "2030-01-01T00:00:00Z"}, errors.ERR_RUN_AT_TYPE),
         ({"payload": {"when": dt.date(2030, 1, 1)}}, "payload must be JSON-serialisable: "),
         ({"payload": {"x": float("nan")}}, "payload must be JSON-serialisable: "),
-        ({"max_attempts": 0}, errors.ERR_MAX_ATTEMPTS),
-        ({"max_attempts": True}, errors.ERR_MAX_ATTEMPTS),
+        ({"max_attempts": 0}, options.ERR_MAX_ATTEMPTS),
+        ({"max_attempts": True}, options.ERR_MAX_ATTEMPTS),
         (
             {"delivery": "twice"},
             "delivery must be one of: transactional, at_least_once, at_most_once.",
         ),
-        ({"time_limit": -1}, errors.ERR_TIME_LIMIT),
-        ({"idempotency_key": ""}, errors.ERR_KEY),
+        ({"time_limit": -1}, options.ERR_TIME_LIMIT),
+        ({"idempotency_key": ""}, options.ERR_KEY),
         (
             {"retry_policy": {"delays": []}},
             "retry_policy.delays must be a non-empty list of non-negative numbers.",

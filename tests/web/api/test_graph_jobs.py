@@ -9,7 +9,7 @@ from tasksapp.engine.models import Job
 from tasksapp.graphs.models import GraphRun, GraphState, TaskRun, TaskState
 from tasksapp.graphs.planner import ERR_CANNOT_PRODUCE, ERR_NO_PROVIDER
 from tasksapp.graphs.services.schedule import ERR_STRATEGY
-from tests.dashboard.fixtures import make_job, run_demo_graph
+from tests.web.dashboard.fixtures import make_job, run_demo_graph
 
 pytestmark = pytest.mark.django_db
 GRAPH_JOBS = "/api/graph-jobs/"

@@ -1,1 +1,0 @@
-from tests.dashboard.fixtures import *  # noqa: F403

@@ -1,0 +1,1 @@
+from tests.web.dashboard.fixtures import *  # noqa: F403
