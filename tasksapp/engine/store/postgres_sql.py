@@ -1,0 +1,233 @@
+"""The statements of the job store on PostgreSQL, named, in one place.
+
+Every statement that changes `state` is a conditional UPDATE guarded on the expected
+state and, after a claim, on the fencing token (`lease_token`). The partial indexes that
+serve them are declared on the Job model (job_due_idx, job_lease_idx). Output columns are
+named as the fields of the rows they become (tasksapp.engine.store.rows); state names
+come from the model's constants.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from tasksapp.engine.models import Delivery, JobState
+from tasksapp.engine.models.jobs import DUE_STATES, LEASED_STATES
+from tasksapp.engine.sql import JOB_TABLE
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+# State and delivery names as SQL literals, from the model's constants.
+SCHEDULED, CLAIMED, RUNNING, SUCCEEDED, FAILED, DEAD, LOST = (
+    _literal(state)
+    for state in (
+        JobState.SCHEDULED,
+        JobState.CLAIMED,
+        JobState.RUNNING,
+        JobState.SUCCEEDED,
+        JobState.FAILED,
+        JobState.DEAD,
+        JobState.LOST,
+    )
+)
+DUE = ", ".join(map(_literal, DUE_STATES))  # the predicate of job_due_idx
+LEASED = ", ".join(map(_literal, LEASED_STATES))  # the predicate of job_lease_idx
+AT_MOST_ONCE = _literal(Delivery.AT_MOST_ONCE)
+
+# One more entry of a job's `errors` (aliased `j`), as the one-element array to append.
+ERROR_ENTRY = """jsonb_build_array(jsonb_build_object(
+    'attempt', j.attempts, 'at', clock_timestamp(), 'error', %(error)s, 'kind', %(kind)s))"""
+
+CLOCK_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::float8"
+
+OWNED_PARTITIONS = "(%(all_partitions)s OR (id %% %(partitions)s) = ANY(%(owned)s))"
+
+POLL_DUE = f"""
+SELECT id, floor(extract(epoch FROM run_at) * 1000)::bigint AS run_at_ms, run_at
+FROM {JOB_TABLE}
+WHERE state IN ({DUE})
+  AND run_at < clock_timestamp() + make_interval(secs => %(lookahead)s)
+  AND {OWNED_PARTITIONS}
+  AND (%(after_run_at)s::timestamptz IS NULL
+       OR (run_at, id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint))
+ORDER BY run_at, id
+LIMIT %(limit)s
+"""
+
+# The claim returns run_at in ms with its microseconds (a float): the dispatcher orders
+# and splits its batches by it. (The worker waits for the run_at its start returns.)
+# Joined with unnest, not `id = ANY(array)`: with tens of thousands of ids the latter
+# is checked linearly for every row the plan visits (16 s for 50,000 ids, 70 ms joined).
+CLAIM_DUE = f"""
+UPDATE {JOB_TABLE} j
+SET state = {CLAIMED}, lease_token = j.lease_token + 1, claimed_by = %(owner)s,
+    claimed_at = clock_timestamp(),
+    lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
+FROM unnest(%(ids)s::bigint[]) AS t(id)
+WHERE j.id = t.id
+  AND j.state IN ({DUE})
+  AND j.run_at <= clock_timestamp() + make_interval(secs => %(lead)s)
+RETURNING j.id, j.lease_token AS token,
+          (extract(epoch FROM j.run_at) * 1000)::float8 AS run_at_ms
+"""
+
+# What a start returns, by StartedJob field: the prepared cursor gives plain tuples, so
+# the statement's output list and the reading of its rows both come from this mapping.
+# `read_ms` is the database clock, read before the answer left: the worker's lower bound
+# of the database time from then on.
+STARTED_COLUMNS = {
+    "id": "j.id",
+    "token": "j.lease_token",
+    "handler": "j.handler",
+    "payload": "j.payload",
+    "attempt": "j.attempts",
+    "max_attempts": "j.max_attempts",
+    "delivery": "j.delivery",
+    "retry_policy": "j.retry_policy",
+    "idempotency_key": "j.idempotency_key",
+    "run_at": "j.run_at",
+    "time_limit": "j.time_limit",
+    "read_ms": CLOCK_MS,
+}
+STARTED_OUTPUT = ",\n          ".join(
+    f"{value} AS {name}" for name, value in STARTED_COLUMNS.items()
+)
+
+# The worker starts a job as soon as its message arrives, up to `lead` seconds before
+# run_at (the dispatcher claims 40 ms ahead), and waits for run_at itself before calling
+# the handler (tasksapp.engine.worker.executor).
+START_CLAIMED = f"""
+UPDATE {JOB_TABLE} j
+SET state = {RUNNING}, attempts = j.attempts + 1,
+    started_at = greatest(j.run_at, clock_timestamp()),
+    claimed_by = %(worker)s,
+    lease_expires_at = greatest(j.run_at, clock_timestamp()) + make_interval(secs => %(ttl)s)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
+WHERE j.id = t.id AND j.lease_token = t.token AND j.state = {CLAIMED}
+  AND j.run_at <= clock_timestamp() + make_interval(secs => %(lead)s)
+RETURNING {STARTED_OUTPUT}
+"""
+
+# One round trip's reading of the database clock (a worker tightening its bound of it).
+DB_CLOCK_MS = f"SELECT {CLOCK_MS} AS read_ms"
+
+# started_at becomes the moment the handler began (the worker's lower bound of the
+# database time then, in ms), where the worker sent one.
+SUCCEED_RUNNING = f"""
+UPDATE {JOB_TABLE} j
+SET state = {SUCCEEDED}, finished_at = clock_timestamp(), result = t.result::jsonb,
+    started_at = coalesce(to_timestamp(t.began_ms / 1000), j.started_at),
+    lease_expires_at = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::text[],
+            %(began_ms)s::float8[])
+     AS t(id, token, result, began_ms)
+WHERE j.id = t.id AND j.lease_token = t.token AND j.state = {RUNNING}
+RETURNING j.id
+"""
+
+FAIL_RUNNING = f"""
+UPDATE {JOB_TABLE} j
+SET state = %(state)s,
+    run_at = CASE WHEN %(state)s = {FAILED}
+                  THEN clock_timestamp() + make_interval(secs => %(delay)s) ELSE run_at END,
+    finished_at = clock_timestamp(), last_error = %(error)s, claimed_by = '',
+    started_at = coalesce(to_timestamp(%(began_ms)s::float8 / 1000), started_at),
+    lease_expires_at = NULL,
+    errors = j.errors || {ERROR_ENTRY}
+WHERE id = %(id)s AND lease_token = %(token)s AND state = {RUNNING}
+RETURNING id
+"""
+
+RENEW_RUNNING = f"""
+UPDATE {JOB_TABLE} j
+SET lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
+WHERE j.id = t.id AND j.lease_token = t.token AND j.state = {RUNNING}
+"""
+
+# Expired leases in the owned partitions: claimed jobs go back to `scheduled` (their
+# message was lost); running jobs are handled per delivery mode. Returns how many were
+# reaped and when the next lease in these partitions expires.
+REAP_EXPIRED = f"""
+WITH expired AS (
+    SELECT id FROM {JOB_TABLE}
+    WHERE state IN ({LEASED}) AND lease_expires_at < clock_timestamp()
+      AND {OWNED_PARTITIONS}
+    ORDER BY lease_expires_at
+    LIMIT 10000
+    FOR UPDATE SKIP LOCKED
+), reaped AS (
+    UPDATE {JOB_TABLE} j
+    SET state = CASE WHEN j.state = {CLAIMED} THEN {SCHEDULED}
+                     WHEN j.delivery = {AT_MOST_ONCE} THEN {LOST}
+                     WHEN j.attempts >= j.max_attempts THEN {DEAD}
+                     ELSE {FAILED} END,
+        run_at = CASE WHEN j.state = {RUNNING} THEN clock_timestamp() ELSE j.run_at END,
+        finished_at = CASE WHEN j.state = {RUNNING} THEN clock_timestamp()
+                           ELSE j.finished_at END,
+        last_error = CASE WHEN j.state = {RUNNING} THEN %(error)s ELSE j.last_error END,
+        errors = CASE WHEN j.state = {RUNNING} THEN j.errors || {ERROR_ENTRY}
+                      ELSE j.errors END,
+        claimed_by = '', lease_expires_at = NULL
+    FROM expired WHERE j.id = expired.id
+    RETURNING j.id
+)
+SELECT (SELECT count(*) FROM reaped) AS count,
+       (SELECT floor(extract(epoch FROM min(lease_expires_at)) * 1000)::bigint
+        FROM {JOB_TABLE}
+        WHERE state IN ({LEASED}) AND lease_expires_at >= clock_timestamp()
+          AND {OWNED_PARTITIONS}) AS next_expiry_ms
+"""
+
+
+def _jobs_insert(values: str, source: str, returning: str) -> str:
+    """An insert of new jobs: `values` (NewJob's fields, in its order) for each row of
+    `source`; every other column starts the same, stated here once."""
+    return f"""
+    INSERT INTO {JOB_TABLE} (handler, run_at, payload, max_attempts, retry_policy, delivery,
+                             time_limit, idempotency_key,
+                             state, attempts, lease_token, claimed_by, last_error, errors)
+    SELECT {values},
+           {SCHEDULED}, 0, 0, '', '', '[]'::jsonb
+    FROM {source}
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING {returning}"""
+
+
+INSERT_ROWS = _jobs_insert(
+    values="""r.handler, r.run_at, r.payload, r.max_attempts, r.retry_policy, r.delivery,
+           r.time_limit, r.idempotency_key""",
+    source="""unnest(%(handlers)s::text[], %(run_ats)s::timestamptz[], %(payloads)s::jsonb[],
+                %(max_attempts)s::integer[], %(retry_policies)s::jsonb[], %(deliveries)s::text[],
+                %(time_limits)s::float8[], %(keys)s::text[])
+         AS r(handler, run_at, payload, max_attempts, retry_policy, delivery, time_limit,
+              idempotency_key)""",
+    returning="id, idempotency_key, created_at",
+)
+
+# The planner's insert is the whole cost of planning a slice: the members' query (the
+# planner's, `slice`: id and run_at) and one set-based insert, proportional to the slice.
+SLICE_JOBS = _jobs_insert(
+    values="""%(handler)s::text, slice.run_at,
+           %(payload)s::jsonb || jsonb_build_object('member_id', slice.id),
+           %(max_attempts)s::integer, %(retry_policy)s::jsonb,
+           %(delivery)s::text, %(time_limit)s::float8, %(key_prefix)s::text || slice.id""",
+    source="slice WHERE slice.run_at >= %(not_before)s ORDER BY slice.run_at",
+    returning="1",
+)
+
+
+@cache
+def slice_insert(members_sql: str) -> str:
+    """The planner's statement around its members' query (one text per query): the jobs
+    inserted, and how many were planned and missed, in one round trip."""
+    return f"""
+WITH slice AS ({members_sql}
+), planned AS ({SLICE_JOBS}
+)
+SELECT (SELECT count(*) FROM planned) AS planned,
+       (SELECT count(*) FROM slice WHERE slice.run_at < %(not_before)s) AS missed
+"""
