@@ -61,7 +61,7 @@ def worker_args(cluster: Cluster, name: str, concurrency: int) -> list[str]:
         "-c",
         str(concurrency),
         "-n",
-        f"{name}@%h",
+        f"{name}.{cluster.queue}@%h",  # the queue in the node name: see purge_queue
         "--without-gossip",
         "--without-mingle",
         "--include",

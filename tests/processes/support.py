@@ -99,7 +99,7 @@ class Cluster:
                 "-c",
                 str(concurrency),
                 "-n",
-                f"{name}@%h",
+                f"{name}.{self.queue}@%h",  # the queue in the node name: see purge_queue
                 "--without-gossip",
                 "--without-mingle",
                 "--loglevel=WARNING",
@@ -125,13 +125,21 @@ class Cluster:
         return (self.logs / f"{name}.log").read_text(errors="replace")
 
 
+PIDBOX_BINDINGS = "_kombu.binding.celery.pidbox"  # every worker's remote-control queue
+
+
 def purge_queue(broker_url: str, queue: str) -> None:
-    """Leave the shared Redis as it was: the queue's keys, and the messages a killed
-    worker left in kombu's `unacked` hash (they name the queue as their routing key)."""
+    """Leave the shared Redis as it was: the queue's keys, the remote-control bindings of
+    workers named after it (a killed worker cannot remove its own), and the messages a
+    killed worker left in kombu's `unacked` hash (they name the queue as their routing
+    key)."""
     client = redis.Redis.from_url(broker_url)
     try:
         for key in client.scan_iter(f"*{queue}*"):
             client.delete(key)
+        for member in client.sscan_iter(PIDBOX_BINDINGS):
+            if queue.encode() in member:
+                client.srem(PIDBOX_BINDINGS, member)
         for tag, raw in client.hscan_iter("unacked"):
             with contextlib.suppress(ValueError, IndexError, TypeError):
                 if json.loads(raw)[2] == queue:
