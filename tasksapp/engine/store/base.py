@@ -77,3 +77,21 @@ class JobStore(Protocol):
         """Insert new jobs, skipping idempotency keys already taken: the given rows (the
         ones inserted come back), or a member slice (how many were planned and missed)."""
         ...
+
+
+class InsertsBySource:
+    """The one `insert_jobs` of both backends: rows or a member slice, each backend
+    inserting them its own way (`_insert_rows`, `_insert_slice`)."""
+
+    def insert_jobs(
+        self, source: Sequence[rows.NewJob] | rows.MemberSlice
+    ) -> list[rows.InsertedJob] | rows.PlannedSlice:
+        if isinstance(source, rows.MemberSlice):
+            return self._insert_slice(source)
+        return self._insert_rows(source)
+
+    def _insert_rows(self, jobs: Sequence[rows.NewJob]) -> list[rows.InsertedJob]:
+        raise NotImplementedError
+
+    def _insert_slice(self, source: rows.MemberSlice) -> rows.PlannedSlice:
+        raise NotImplementedError

@@ -16,7 +16,7 @@ from psycopg.rows import RowFactory, no_result
 
 from . import pg_session
 from . import postgres_sql as sql
-from .base import LEASE_EXPIRED_KIND
+from .base import LEASE_EXPIRED_KIND, InsertsBySource
 from .pg_session import engine_cursor
 from .rows import (
     Claim,
@@ -87,7 +87,7 @@ _DUE_JOBS, _CLAIMS, _REAPED = rows_of(DueJob), rows_of(Claim), rows_of(Reaped)
 _INSERTED, _PLANNED = rows_of(InsertedJob), rows_of(PlannedSlice)
 
 
-class PostgresJobStore:
+class PostgresJobStore(InsertsBySource):
     """The JobStore of PostgreSQL (see tasksapp.engine.store.base for each operation)."""
 
     notifies = True
@@ -179,13 +179,6 @@ class PostgresJobStore:
             cursor.execute(sql.DB_CLOCK_MS, {})
             (read_ms,) = cursor.fetchone()
         return DatabaseTime(read_ms, time.monotonic(), sent)
-
-    def insert_jobs(
-        self, source: Sequence[NewJob] | MemberSlice
-    ) -> list[InsertedJob] | PlannedSlice:
-        if isinstance(source, MemberSlice):
-            return self._insert_slice(source)
-        return self._insert_rows(source)
 
     def _insert_rows(self, jobs: Sequence[NewJob]) -> list[InsertedJob]:
         params = {

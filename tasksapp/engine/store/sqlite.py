@@ -17,7 +17,7 @@ from django.utils import timezone
 from tasksapp.engine.models import Delivery, Job, JobState
 from tasksapp.engine.models.jobs import DUE_STATES, LEASED_STATES
 
-from .base import LEASE_EXPIRED_KIND
+from .base import LEASE_EXPIRED_KIND, InsertsBySource
 from .rows import (
     Claim,
     DatabaseTime,
@@ -80,7 +80,7 @@ def _started(job: Job, clock: DatabaseTime) -> StartedJob:
     )
 
 
-class SqliteJobStore:
+class SqliteJobStore(InsertsBySource):
     """The JobStore of the other databases (see tasksapp.engine.store.base for each)."""
 
     notifies = False
@@ -232,13 +232,6 @@ class SqliteJobStore:
     def database_time(self) -> DatabaseTime:
         now = time.monotonic()
         return DatabaseTime(time.time() * 1000, now, now)
-
-    def insert_jobs(
-        self, source: Sequence[NewJob] | MemberSlice
-    ) -> list[InsertedJob] | PlannedSlice:
-        if isinstance(source, MemberSlice):
-            return self._insert_slice(source)
-        return self._insert_rows(source)
 
     def _insert_rows(self, jobs: Sequence[NewJob]) -> list[InsertedJob]:
         keys = [job.idempotency_key for job in jobs]
