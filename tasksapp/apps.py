@@ -7,9 +7,12 @@ class TasksappConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Every process (web, dispatcher, worker, commands) knows the same graph tasks,
-        # so a plan made when a job is scheduled holds where its tasks run.
+        # Every process (web, dispatcher, worker, commands) knows the same handlers and
+        # graph tasks, so what is accepted when a job is scheduled runs where it runs.
+        from tasksapp.engine.handlers import load_handler_modules
+        from tasksapp.graphs import runner  # noqa: F401  (registers the graph jobs' handlers)
         from tasksapp.graphs.registry import autodiscover_graph_tasks
         from tasksapp.web import admin  # noqa: F401  (registers the admin pages)
 
+        load_handler_modules()
         autodiscover_graph_tasks()

@@ -7,7 +7,15 @@ import uuid
 
 import pytest
 
+import tests.handlers.recording  # noqa: F401  (registers the test handlers here)
 from tests.processes.support import purge_queue
+
+# The dispatchers and workers the process tests start inherit this environment: they
+# register the same handlers as this process.
+os.environ.setdefault(
+    "TEMPO_HANDLER_MODULES",
+    "tasksapp.demo.handlers,tasksapp.recurring.handlers,tests.handlers.recording",
+)
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@ import time
 
 from django.db import connection
 
+from tasksapp.engine.handlers import job_handler
+
 WORK_SECONDS = 0.083
 
 EXECUTIONS_TABLE = """
@@ -21,6 +23,7 @@ CREATE TABLE IF NOT EXISTS practice_execution (
 """
 
 
+@job_handler
 def process_locked_job(ctx):
     began = dt.datetime.now(dt.UTC)
     time.sleep(WORK_SECONDS)

@@ -6,7 +6,7 @@ import logging
 import random
 import time
 
-from tasksapp.engine.handlers import JobContext
+from tasksapp.engine.handlers import JobContext, job_handler
 
 log = logging.getLogger(__name__)
 
@@ -17,6 +17,7 @@ class DemoFailure(RuntimeError):
     """The failure `flaky` simulates; the job's retry policy schedules the next attempt."""
 
 
+@job_handler
 def greet(ctx: JobContext) -> dict:
     """Succeeds at once with a small JSON result."""
     greeting = f"Hello, {ctx.payload.get('name', 'world')}!"
@@ -24,6 +25,7 @@ def greet(ctx: JobContext) -> dict:
     return {"greeting": greeting, "job": ctx.job_id, "attempt": ctx.attempt}
 
 
+@job_handler
 def flaky(ctx: JobContext) -> dict:
     """Works for a moment, then fails with probability `payload["fail_rate"]` (default
     0.2), so retries and, at a rate of 1.0, dead jobs show up."""

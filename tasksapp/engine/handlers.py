@@ -1,18 +1,39 @@
-"""Handlers: callables referenced by dotted path, called with one JobContext."""
+"""Handlers: callables declared with ``@job_handler``, called with one JobContext.
+
+Only declared handlers run. A job names its handler by the name it was registered under
+(by default the function's dotted path, ``package.module.function``); the name is looked
+up in the registry and never imported, so nothing a caller sends can make a process
+import a module or call an arbitrary function (``os.system``, ``sys.exit``).
+
+Every process registers the same handlers at start-up (``TasksappConfig.ready``): the
+graph runner's, the ``job_handlers`` module of each installed app, and the modules listed
+in the ``TEMPO_HANDLER_MODULES`` setting.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+import re
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
+from importlib import import_module
 from typing import Any
 
-from django.utils.module_loading import import_string
+ERR_HANDLER_PATH = "handler must be a dotted name such as 'package.module.function'."
+ERR_HANDLER_UNKNOWN = (
+    "handler '{name}' is not registered. Declare it with @job_handler "
+    "(from tasksapp.engine.handlers import job_handler) in a module listed in "
+    "TEMPO_HANDLER_MODULES or in an installed app's job_handlers module. "
+    "Registered handlers: {known}."
+)
+ERR_HANDLER_CALLABLE = "@job_handler needs a callable, not {kind}."
+ERR_HANDLER_DUPLICATE = "handler name '{name}' is already registered for another function."
 
-ERR_HANDLER_PATH = "handler must be a dotted path such as 'package.module.function'."
-ERR_HANDLER_IMPORT = "handler '{path}' cannot be imported: {reason}"
-ERR_HANDLER_CALLABLE = "handler '{path}' is not callable."
+APP_HANDLER_MODULE = "job_handlers"
+MAX_NAME_LENGTH = 200
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+LISTED_IN_ERROR = 20  # registered names quoted in an unknown-handler error
 
 
 class HandlerError(ValueError):
@@ -37,15 +58,104 @@ class JobContext:
         return self.attempt >= self.max_attempts
 
 
-@lru_cache(maxsize=1024)
-def resolve_handler(path: str) -> Callable[[JobContext], Any]:
-    """Import and return the handler at ``path``; raise HandlerError with a clear reason."""
-    if not isinstance(path, str) or "." not in path or path.startswith(".") or " " in path:
-        raise HandlerError(ERR_HANDLER_PATH)
-    try:
-        target = import_string(path)
-    except ImportError as exc:
-        raise HandlerError(ERR_HANDLER_IMPORT.format(path=path, reason=exc)) from exc
-    if not callable(target):
-        raise HandlerError(ERR_HANDLER_CALLABLE.format(path=path))
-    return target
+Handler = Callable[[JobContext], Any]
+
+
+def is_handler_name(name: Any) -> bool:
+    """A dotted name of identifiers: the only shape a registered name can have."""
+    return isinstance(name, str) and len(name) <= MAX_NAME_LENGTH and bool(_NAME.fullmatch(name))
+
+
+class HandlerRegistry:
+    """Handlers by name. Registering the same function under its name again is a no-op."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
+        self._lock = threading.Lock()
+
+    def register(self, func: Handler, *, name: str | None = None) -> Handler:
+        if not callable(func):
+            raise HandlerError(ERR_HANDLER_CALLABLE.format(kind=type(func).__name__))
+        name = name or f"{func.__module__}.{func.__qualname__}"
+        if not is_handler_name(name):
+            raise HandlerError(ERR_HANDLER_PATH)
+        with self._lock:
+            existing = self._handlers.get(name)
+            if existing is not None and _origin(existing) != _origin(func):
+                raise HandlerError(ERR_HANDLER_DUPLICATE.format(name=name))
+            self._handlers[name] = func
+        return func
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            self._handlers.pop(name, None)
+
+    def get(self, name: Any) -> Handler:
+        """The handler registered as ``name``; HandlerError saying how to register it."""
+        if not is_handler_name(name):
+            raise HandlerError(ERR_HANDLER_PATH)
+        handler = self._handlers.get(name)
+        if handler is None:
+            raise HandlerError(ERR_HANDLER_UNKNOWN.format(name=name, known=self._known()))
+        return handler
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._handlers
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._handlers))
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+    def _known(self) -> str:
+        names = sorted(self._handlers)
+        shown = ", ".join(names[:LISTED_IN_ERROR]) or "none"
+        more = len(names) - LISTED_IN_ERROR
+        return f"{shown} and {more} more" if more > 0 else shown
+
+
+def _origin(func: Handler) -> tuple[str, str]:
+    """Where a function was defined: a module imported twice re-registers the same one."""
+    return getattr(func, "__module__", ""), getattr(func, "__qualname__", repr(func))
+
+
+registry = HandlerRegistry()
+
+
+def job_handler(func: Handler | None = None, *, name: str | None = None):
+    """Declare a handler: ``@job_handler`` (named by its dotted path) or
+    ``@job_handler(name="billing.charge")``."""
+
+    def decorate(target: Handler) -> Handler:
+        return registry.register(target, name=name)
+
+    return decorate if func is None else decorate(func)
+
+
+def resolve_handler(name: Any) -> Handler:
+    """The registered handler called ``name``; HandlerError if there is none."""
+    return registry.get(name)
+
+
+def handler_modules() -> list[str]:
+    """The modules that declare handlers, in the order they are imported."""
+    from django.apps import apps
+    from django.conf import settings
+    from django.utils.module_loading import module_has_submodule
+
+    modules = [
+        f"{config.name}.{APP_HANDLER_MODULE}"
+        for config in apps.get_app_configs()
+        if module_has_submodule(config.module, APP_HANDLER_MODULE)
+    ]
+    modules += list(getattr(settings, "TEMPO_HANDLER_MODULES", []))
+    return list(dict.fromkeys(modules))
+
+
+def load_handler_modules() -> list[str]:
+    """Import every handler module (at start-up, from configuration, never from input)."""
+    modules = handler_modules()
+    for module in modules:
+        import_module(module)
+    return modules

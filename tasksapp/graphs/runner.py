@@ -10,14 +10,16 @@
 
 from __future__ import annotations
 
-from tasksapp.engine.handlers import JobContext
+from tasksapp.engine.handlers import JobContext, job_handler
 from tasksapp.graphs.services import graph_rollback, graph_start, task_run_execute
 
 
+@job_handler
 def start_graph(ctx: JobContext) -> dict:
     return graph_start(job_id=ctx.job_id)
 
 
+@job_handler
 def run_task(ctx: JobContext) -> dict:
     return task_run_execute(
         task_run_id=int(ctx.payload["task_run_id"]),
@@ -27,6 +29,7 @@ def run_task(ctx: JobContext) -> dict:
     )
 
 
+@job_handler
 def rollback_graph(ctx: JobContext) -> dict:
     return graph_rollback(
         graph_run_id=int(ctx.payload["graph_run_id"]), last_attempt=ctx.is_last_attempt

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from tasksapp.engine.handlers import JobContext
+from tasksapp.engine.handlers import JobContext, job_handler
 
 log = logging.getLogger(__name__)
 
 
+@job_handler
 def sync_member(ctx: JobContext) -> dict:
     """Stands in for syncing one member's profile with an outside backend."""
     member_id = ctx.payload.get("member_id")

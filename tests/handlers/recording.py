@@ -5,6 +5,8 @@ import time
 
 from django.db import connection
 
+from tasksapp.engine.handlers import job_handler
+
 NOT_CALLABLE = 42
 
 
@@ -17,6 +19,7 @@ def _ensure_table() -> None:
         )
 
 
+@job_handler
 def record(ctx):
     """Transactional effect: one row per successful execution."""
     with connection.cursor() as cursor:
@@ -26,11 +29,13 @@ def record(ctx):
     return {"job": ctx.job_id}
 
 
+@job_handler
 def record_slowly(ctx):
     time.sleep(float(ctx.payload.get("seconds", 0.5)))
     return record(ctx)
 
 
+@job_handler
 def fail_until(ctx):
     """Fails until attempt `ctx.payload['succeed_on']`."""
     if ctx.attempt < int(ctx.payload.get("succeed_on", 10**6)):
@@ -38,14 +43,17 @@ def fail_until(ctx):
     return record(ctx)
 
 
+@job_handler
 def noop(ctx):
     return None
 
 
+@job_handler
 def echo(ctx):
     return {"payload": ctx.payload, "attempt": ctx.attempt, "key": ctx.idempotency_key}
 
 
+@job_handler
 def steal_lease(ctx):
     """Writes its effect, then lets 'another process' take the job over (as the reaper
     and a new claim would): the fenced success must fail and roll the effect back."""
@@ -64,5 +72,6 @@ def steal_lease(ctx):
     return {"stolen": True}
 
 
+@job_handler
 def not_json(ctx):
     return {"when": object()}

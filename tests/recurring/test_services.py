@@ -165,7 +165,7 @@ def test_create_refuses_bad_input_with_a_clear_message(planning, fields, message
 
 
 def test_create_refuses_an_unknown_handler_and_a_taken_name(planning):
-    with pytest.raises(PlanningInputError, match="cannot be imported"):
+    with pytest.raises(PlanningInputError, match="is not registered"):
         make_task(handler="tests.handlers.recording.nothing_here")
     make_task()
     with pytest.raises(PlanningInputError) as exc:

@@ -83,9 +83,9 @@ def test_schedule_is_idempotent_with_a_key(operator_api):
     ("data", "field", "text"),
     [
         ({"run_at": "soon"}, "run_at", "Datetime has wrong format"),
-        ({"handler": "nodots"}, "handler", "handler must be a dotted path"),
-        ({"handler": "no.such.module"}, "handler", "cannot be imported"),
-        ({"handler": "tasksapp.engine.options.ERR_KEY"}, "handler", "is not callable"),
+        ({"handler": "nodots"}, "handler", "handler must be a dotted name"),
+        ({"handler": "no.such.module"}, "handler", "is not registered"),
+        ({"handler": "tasksapp.engine.options.ERR_KEY"}, "handler", "is not registered"),
         ({"max_attempts": 0}, "max_attempts", "greater than or equal to 1"),
         ({"delivery": "twice"}, "delivery", "is not a valid choice"),
         ({"retry_policy": {"delays": []}}, "retry_policy", "retry_policy.delays must be"),

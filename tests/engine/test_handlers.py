@@ -1,0 +1,118 @@
+"""The handler registry: only declared handlers are accepted or run, and nothing a caller
+names is ever imported."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from django.utils import timezone
+
+from tasksapp.engine.handlers import (
+    ERR_HANDLER_DUPLICATE,
+    ERR_HANDLER_PATH,
+    HandlerError,
+    HandlerRegistry,
+    handler_modules,
+    job_handler,
+    registry,
+    resolve_handler,
+)
+from tasksapp.engine.models import Job
+from tasksapp.engine.services import JobInputError, job_schedule
+from tests.handlers import recording
+
+HOSTILE = [
+    "os.system",
+    "subprocess.run",
+    "builtins.eval",
+    "builtins.exit",
+    "builtins.repr",
+    "sys.exit",
+    "pickle.loads",
+    "antigravity.geohash",
+    "this.nothing",
+]
+
+
+def greet(ctx):
+    return "hi"
+
+
+def test_a_decorated_function_is_registered_under_its_dotted_path():
+    assert resolve_handler("tests.handlers.recording.record") is recording.record
+    assert "tests.handlers.recording.record" in registry
+
+
+def test_a_name_can_be_given_and_registering_again_is_a_no_op():
+    local = HandlerRegistry()
+    local.register(greet, name="greetings.hello")
+    local.register(greet, name="greetings.hello")
+    assert local.get("greetings.hello") is greet
+    assert list(local) == ["greetings.hello"]
+
+
+def test_another_function_under_a_taken_name_is_refused():
+    local = HandlerRegistry()
+    local.register(greet, name="greetings.hello")
+    with pytest.raises(HandlerError) as raised:
+        local.register(recording.noop, name="greetings.hello")
+    assert str(raised.value) == ERR_HANDLER_DUPLICATE.format(name="greetings.hello")
+
+
+@pytest.mark.parametrize("name", ["nodots", "a..b", "a.b c", "a.b;c", "1a.b", "x." * 200 + "y"])
+def test_a_name_that_is_not_a_dotted_identifier_is_refused(name):
+    with pytest.raises(HandlerError) as raised:
+        registry.get(name)
+    assert str(raised.value) == ERR_HANDLER_PATH
+
+
+def test_the_decorator_works_with_and_without_arguments():
+    local_name = "tests.engine.test_handlers.decorated"
+    try:
+
+        @job_handler(name=local_name)
+        def decorated(ctx):
+            return 1
+
+        assert resolve_handler(local_name) is decorated
+    finally:
+        registry.unregister(local_name)
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_importable_callables_that_are_not_registered_are_refused(name):
+    with pytest.raises(HandlerError, match="is not registered"):
+        resolve_handler(name)
+
+
+def test_a_lookup_never_imports_the_module_it_names():
+    name = "tests.handlers.imported_on_lookup.run"
+    with pytest.raises(HandlerError):
+        resolve_handler(name)
+    assert "tests.handlers.imported_on_lookup" not in sys.modules
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", HOSTILE)
+def test_the_service_stores_nothing_for_an_unregistered_handler(name):
+    with pytest.raises(JobInputError, match="is not registered"):
+        job_schedule(handler=name, run_at=timezone.now())
+    assert not Job.objects.exists()
+
+
+def test_handler_modules_come_from_the_setting_and_the_apps(settings):
+    settings.TEMPO_HANDLER_MODULES = ["tests.handlers.recording"]
+    assert handler_modules() == ["tests.handlers.recording"]
+
+
+def test_the_demo_and_graph_handlers_are_registered_at_start_up():
+    for name in (
+        "tasksapp.demo.handlers.greet",
+        "tasksapp.demo.handlers.flaky",
+        "tasksapp.recurring.handlers.sync_member",
+        "tasksapp.graphs.runner.start_graph",
+        "tasksapp.graphs.runner.run_task",
+        "tasksapp.graphs.runner.rollback_graph",
+    ):
+        assert name in registry
