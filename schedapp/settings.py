@@ -209,6 +209,14 @@ TEMPO_PLANNING = {
     "LATE_GRACE_SECONDS": env.float("TEMPO_PLANNING_LATE_GRACE_SECONDS", default=900.0),
 }
 
+# --- Job handlers (tasksapp.engine.handlers) -----------------------------------------
+# Modules that declare job handlers with @job_handler, imported at start-up by every
+# process, besides the `job_handlers` module of each installed app. Only registered
+# handlers can be scheduled or run.
+TEMPO_HANDLER_MODULES = env.list(
+    "TEMPO_HANDLER_MODULES", default=["tasksapp.demo.handlers", "tasksapp.recurring.handlers"]
+)
+
 # --- Task graphs (tasksapp.graphs, docs/GRAPHS.md) -----------------------------------
 # Modules that register graph tasks, imported at start-up by every process, besides the
 # `graph_tasks` module of each installed app.
