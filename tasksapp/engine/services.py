@@ -22,6 +22,14 @@ from tasksapp.engine.store.rows import InsertedJob, NewJob
 
 ERR_RUN_AT_TYPE = "run_at must be a datetime."
 ERR_RUN_AT_NAIVE = "run_at must be timezone-aware (got a naive datetime)."
+ERR_RUN_AT_RANGE = (
+    "run_at must lie between {earliest} and {latest} (at most {past_days} days in the past"
+    " and {future_years} years ahead)."
+)
+ERR_KEY_CONFLICT = (
+    "idempotency_key '{key}' is taken by job {job_id} with different {fields}: use a new key,"
+    " or the same parameters to get that job back."
+)
 ERR_NOT_FOUND = "job {job_id} does not exist."
 ERR_CANCEL_STATE = "job {job_id} is {state}: only scheduled or failed jobs can be cancelled."
 ERR_RETRY_STATE = (
@@ -30,8 +38,26 @@ ERR_RETRY_STATE = (
 ERR_RUN_NOW_STATE = "job {job_id} is {state}: only scheduled or failed jobs can be run now."
 
 
+# How far from now a run time may lie: further back it is a mistake (and would read as
+# years of start lag); further ahead, date arithmetic on it nears the calendar's end.
+RUN_AT_PAST = dt.timedelta(days=1)
+RUN_AT_FUTURE_YEARS = 10
+RUN_AT_FUTURE = dt.timedelta(days=365 * RUN_AT_FUTURE_YEARS + 3)
+# What makes two jobs the same job, when one key names both (run_at excepted: callers
+# compute it from the clock, so a repeated request carries a slightly different one).
+IDENTITY_FIELDS = ("handler", "payload", "delivery", "max_attempts", "retry_policy", "time_limit")
+
+
 class JobInputError(ValueError):
     """Bad input to a job service; the message says what to fix."""
+
+
+class IdempotencyConflict(JobInputError):
+    """The idempotency key belongs to a stored job with other parameters."""
+
+    def __init__(self, message: str, *, job_id: int) -> None:
+        super().__init__(message)
+        self.job_id = job_id
 
 
 def _validated_run_at(run_at: Any) -> dt.datetime:
@@ -39,6 +65,17 @@ def _validated_run_at(run_at: Any) -> dt.datetime:
         raise JobInputError(ERR_RUN_AT_TYPE)
     if timezone.is_naive(run_at):
         raise JobInputError(ERR_RUN_AT_NAIVE)
+    now = timezone.now()
+    earliest, latest = now - RUN_AT_PAST, now + RUN_AT_FUTURE
+    if not earliest <= run_at <= latest:
+        raise JobInputError(
+            ERR_RUN_AT_RANGE.format(
+                earliest=earliest.isoformat(timespec="seconds"),
+                latest=latest.isoformat(timespec="seconds"),
+                past_days=RUN_AT_PAST.days,
+                future_years=RUN_AT_FUTURE_YEARS,
+            )
+        )
     return run_at
 
 
@@ -55,8 +92,36 @@ def job_schedule(
 ) -> Job:
     """Store a job to run `handler(context)` at `run_at`, exactly once.
 
-    Scheduling the same idempotency key again returns the existing job unchanged.
+    Scheduling the same idempotency key again returns the existing job unchanged; with
+    other parameters (handler, payload, options) it raises IdempotencyConflict.
     """
+    job, _ = job_schedule_or_get(
+        handler=handler,
+        run_at=run_at,
+        payload=payload,
+        idempotency_key=idempotency_key,
+        max_attempts=max_attempts,
+        retry_policy=retry_policy,
+        delivery=delivery,
+        time_limit=time_limit,
+    )
+    return job
+
+
+def job_schedule_or_get(
+    *,
+    handler: str,
+    run_at: dt.datetime,
+    payload: Any = None,
+    idempotency_key: str | None = None,
+    max_attempts: int = 5,
+    retry_policy: dict | None = None,
+    delivery: str = Delivery.TRANSACTIONAL,
+    time_limit: float | None = None,
+) -> tuple[Job, bool]:
+    """job_schedule, telling whether this call stored the job (True) or found it stored
+    under its key (False). Of callers racing with one key exactly one gets True: the
+    insert decides, not a look beforehand."""
     try:
         validated_handler(handler)
         options = JobOptions.validated(
@@ -83,8 +148,19 @@ def job_schedule(
     )
     inserted = job_store().insert_jobs([job])
     if not inserted:  # the key was scheduled before: that job, unchanged
-        return Job.objects.get(idempotency_key=job.idempotency_key)
-    return _stored(job, inserted[0])
+        return _same_job(job, Job.objects.get(idempotency_key=job.idempotency_key)), False
+    return _stored(job, inserted[0]), True
+
+
+def _same_job(wanted: NewJob, stored: Job) -> Job:
+    """The stored job, if it is the one asked for again; else IdempotencyConflict."""
+    differ = [name for name in IDENTITY_FIELDS if getattr(wanted, name) != getattr(stored, name)]
+    if differ:
+        message = ERR_KEY_CONFLICT.format(
+            key=stored.idempotency_key, job_id=stored.id, fields=", ".join(differ)
+        )
+        raise IdempotencyConflict(message, job_id=stored.id)
+    return stored
 
 
 def _stored(job: NewJob, row: InsertedJob) -> Job:

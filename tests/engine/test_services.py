@@ -113,3 +113,23 @@ def test_retry_refuses_a_succeeded_job():
     with pytest.raises(JobInputError) as raised:
         job_retry(job_id=job.id)
     assert str(raised.value) == errors.ERR_RETRY_STATE.format(job_id=job.id, state="succeeded")
+
+
+@pytest.mark.parametrize(
+    "run_at",
+    [
+        dt.datetime(1, 1, 1, tzinfo=dt.UTC),
+        dt.datetime(9999, 12, 31, tzinfo=dt.UTC),
+        timezone.now() - dt.timedelta(days=2),
+        timezone.now() + dt.timedelta(days=365 * 11),
+    ],
+)
+def test_a_run_time_far_from_now_is_refused(run_at):
+    with pytest.raises(errors.JobInputError, match="run_at must lie between "):
+        job_schedule(handler="tests.handlers.recording.record", run_at=run_at)
+    assert not Job.objects.exists()
+
+
+def test_a_run_time_a_little_in_the_past_runs_at_once():
+    run_at = timezone.now() - dt.timedelta(hours=1)
+    assert job_schedule(handler="tests.handlers.recording.record", run_at=run_at).run_at == run_at

@@ -13,6 +13,7 @@ import pytest
 from django.db import connection
 
 from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.services import IdempotencyConflict
 from tasksapp.engine.transitions import job_claim_due
 from tasksapp.engine.worker.executor import execute_batch
 from tasksapp.graphs.models import GraphRun, GraphState, TaskRun, TaskState
@@ -82,7 +83,9 @@ def test_scheduling_stores_the_job_with_its_plan_and_no_task_yet(calls):
     assert graph.job.handler == common.START_HANDLER and graph.job.state == JobState.SCHEDULED
     assert TaskRun.objects.count() == 0
     again = graph_job_schedule(has={"seed": 5}, wants=["d"], idempotency_key="same")
-    assert graph_job_schedule(has={"seed": 6}, wants=["d"], idempotency_key="same") == again
+    assert graph_job_schedule(has={"seed": 5}, wants=["d"], idempotency_key="same") == again
+    with pytest.raises(IdempotencyConflict):
+        graph_job_schedule(has={"seed": 6}, wants=["d"], idempotency_key="same")
 
 
 # --- execution ------------------------------------------------------------------------

@@ -14,11 +14,12 @@ of defence.
 from .common import GraphInputError
 from .execution import graph_start, task_run_execute
 from .failures import graph_rollback
-from .schedule import graph_job_schedule
+from .schedule import graph_job_schedule, graph_job_schedule_or_get
 
 __all__ = [
     "GraphInputError",
     "graph_job_schedule",
+    "graph_job_schedule_or_get",
     "graph_rollback",
     "graph_start",
     "task_run_execute",

@@ -13,7 +13,11 @@ from django.utils import timezone
 
 from tasksapp.engine.models import Delivery
 from tasksapp.engine.options import JobOptionsError, validated_retry_policy
-from tasksapp.engine.services import job_schedule
+from tasksapp.engine.services import (
+    ERR_KEY_CONFLICT,
+    IdempotencyConflict,
+    job_schedule_or_get,
+)
 from tasksapp.graphs.models import GraphRun, Strategy
 from tasksapp.graphs.planner import PlanningError, graph_plan
 
@@ -95,6 +99,33 @@ def graph_job_schedule(
     runs, then abort); ``restart`` (at most ``max_restarts`` times, then abort);
     ``rollback``.
     """
+    graph, _ = graph_job_schedule_or_get(
+        has=has,
+        wants=wants,
+        strategy=strategy,
+        run_at=run_at,
+        idempotency_key=idempotency_key,
+        max_restarts=max_restarts,
+        task_retry_policy=task_retry_policy,
+        max_task_attempts=max_task_attempts,
+    )
+    return graph
+
+
+def graph_job_schedule_or_get(
+    *,
+    has: Mapping[str, Any],
+    wants: Iterable[str],
+    strategy: str = Strategy.ABORT,
+    run_at: dt.datetime | None = None,
+    idempotency_key: str | None = None,
+    max_restarts: int = 2,
+    task_retry_policy: dict | None = None,
+    max_task_attempts: int = 3,
+) -> tuple[GraphRun, bool]:
+    """graph_job_schedule, telling whether this call stored the graph job (True) or
+    found it under its key (False); the key with another request raises
+    IdempotencyConflict."""
     has, wants = _validated_has(has), _validated_wants(wants)
     strategy = _validated_strategy(strategy)
     policy = _validated_task_retry_policy(task_retry_policy)
@@ -102,20 +133,21 @@ def graph_job_schedule(
     max_task_attempts = _bounded(max_task_attempts, field="max_task_attempts", low=1, high=100)
     plan = _planned(has, wants)
     with transaction.atomic():
-        job = job_schedule(
-            handler=START_HANDLER,
-            run_at=timezone.now() if run_at is None else run_at,
-            idempotency_key=idempotency_key,
-            max_attempts=START_ATTEMPTS,
-            retry_policy=START_POLICY,
-            delivery=Delivery.TRANSACTIONAL,
-        )
+        try:
+            job, created = job_schedule_or_get(
+                handler=START_HANDLER,
+                run_at=timezone.now() if run_at is None else run_at,
+                idempotency_key=idempotency_key,
+                max_attempts=START_ATTEMPTS,
+                retry_policy=START_POLICY,
+                delivery=Delivery.TRANSACTIONAL,
+            )
+        except IdempotencyConflict as exc:
+            raise GraphInputError(ERR_KEY_TAKEN.format(key=idempotency_key)) from exc
         existing = GraphRun.objects.filter(job=job).first()
         if existing is not None:
-            return existing
-        if job.handler != START_HANDLER:
-            raise GraphInputError(ERR_KEY_TAKEN.format(key=idempotency_key))
-        return GraphRun.objects.create(
+            return _same_graph(existing, has=has, wants=wants, strategy=strategy), False
+        graph = GraphRun.objects.create(
             job=job,
             has=has,
             wants=wants,
@@ -125,3 +157,16 @@ def graph_job_schedule(
             max_task_attempts=max_task_attempts,
             task_retry_policy=policy,
         )
+        return graph, created
+
+
+def _same_graph(graph: GraphRun, *, has: dict, wants: list, strategy: str) -> GraphRun:
+    """The stored graph job, if it is the one asked for again; else IdempotencyConflict."""
+    asked = {"has": has, "wants": wants, "strategy": strategy}
+    differ = [name for name, value in asked.items() if getattr(graph, name) != value]
+    if differ:
+        message = ERR_KEY_CONFLICT.format(
+            key=graph.job.idempotency_key, job_id=graph.job_id, fields=", ".join(differ)
+        )
+        raise IdempotencyConflict(message, job_id=graph.job_id)
+    return graph

@@ -10,7 +10,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from tasksapp.engine.services import JobInputError
+from tasksapp.engine.services import IdempotencyConflict, JobInputError
 from tasksapp.graphs.services import GraphInputError
 from tasksapp.recurring.services import PlanningInputError
 from tasksapp.web.operators import OperatorPermissionError
@@ -66,6 +66,9 @@ def graph_field_errors(exc: GraphInputError) -> dict[str, list[str]]:
 
 
 def exception_handler(exc, context):
+    if isinstance(exc, IdempotencyConflict):
+        body = {"detail": str(exc), "job_id": exc.job_id}
+        return Response(body, status=status.HTTP_409_CONFLICT)
     if isinstance(exc, GraphInputError):
         return Response(graph_field_errors(exc), status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, JobInputError | PlanningInputError | JobFilterError):

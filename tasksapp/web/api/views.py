@@ -15,8 +15,8 @@ from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
 from tasksapp.engine.models import Job
-from tasksapp.engine.services import job_schedule
-from tasksapp.graphs.services import graph_job_schedule
+from tasksapp.engine.services import job_schedule_or_get
+from tasksapp.graphs.services import graph_job_schedule_or_get
 from tasksapp.recurring.models import Member, RecurringTask
 from tasksapp.recurring.selectors.plans import member_runs_for_task
 from tasksapp.recurring.services import member_create, recurring_task_create
@@ -40,6 +40,10 @@ ERR_UNKNOWN_MEMBER = "member {value!r} does not exist."
 BAD_REQUEST = OpenApiResponse(description="Field errors: {field: [message]}.")
 NOT_FOUND = OpenApiResponse(description="No such object.")
 DENIED = OpenApiResponse(description="Not allowed for this user's role.")
+KEY_CONFLICT = OpenApiResponse(
+    description="The idempotency key belongs to a stored job with other parameters:"
+    " {detail, job_id}."
+)
 
 
 def _operator_action_schema(
@@ -98,16 +102,15 @@ class JobListView(APIView):
             201: s.JobSerializer,
             200: OpenApiResponse(s.JobSerializer, description="Already stored under this key."),
             400: BAD_REQUEST,
+            409: KEY_CONFLICT,
             403: DENIED,
         },
         summary="Schedule a job (idempotent with idempotency_key)",
     )
     def post(self, request: Request) -> Response:
         data = _body(s.JobCreateSerializer, request).validated_data
-        key = data.get("idempotency_key")
-        existed = key is not None and Job.objects.filter(idempotency_key=key).exists()
-        job = job_schedule(**data)
-        code = status.HTTP_200_OK if existed else status.HTTP_201_CREATED
+        job, created = job_schedule_or_get(**data)
+        code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
         return Response(s.JobSerializer(job).data, status=code)
 
 
@@ -155,6 +158,7 @@ class GraphJobCreateView(APIView):
                 s.JobDetailSerializer, description="Already stored under this key."
             ),
             400: BAD_REQUEST,
+            409: KEY_CONFLICT,
             403: DENIED,
         },
         summary="Schedule a graph job: plan has → wants (idempotent with idempotency_key)",
@@ -162,10 +166,8 @@ class GraphJobCreateView(APIView):
     def post(self, request: Request) -> Response:
         data = _body(s.GraphJobCreateSerializer, request).validated_data
         options = {name: value for name, value in data.items() if value is not None}
-        key = data.get("idempotency_key")
-        existed = key is not None and Job.objects.filter(idempotency_key=key).exists()
-        graph = graph_job_schedule(**options)
-        code = status.HTTP_200_OK if existed else status.HTTP_201_CREATED
+        graph, created = graph_job_schedule_or_get(**options)
+        code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
         return Response(_job_detail(graph.job), status=code)
 
 

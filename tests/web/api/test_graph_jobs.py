@@ -43,13 +43,21 @@ def test_schedule_a_graph_job(operator_api):
 
 def test_the_same_idempotency_key_returns_the_stored_graph_job(operator_api):
     first = operator_api.post(GRAPH_JOBS, _body(idempotency_key="g-1"), format="json")
+    again = operator_api.post(GRAPH_JOBS, _body(idempotency_key="g-1"), format="json")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.data["id"] == first.data["id"]
+    assert GraphRun.objects.count() == 1 and Job.objects.count() == 1
+
+
+def test_the_same_idempotency_key_with_another_request_is_a_409(operator_api):
+    first = operator_api.post(GRAPH_JOBS, _body(idempotency_key="g-1"), format="json")
     again = operator_api.post(
         GRAPH_JOBS, _body(idempotency_key="g-1", strategy="restart"), format="json"
     )
-    assert (first.status_code, again.status_code) == (201, 200)
-    assert again.data["id"] == first.data["id"]
-    assert again.data["graph"]["strategy"] == "abort"
-    assert GraphRun.objects.count() == 1 and Job.objects.count() == 1
+    assert again.status_code == 409
+    assert again.json()["job_id"] == first.data["id"]
+    assert "strategy" in again.json()["detail"]
+    assert GraphRun.objects.get().strategy == "abort" and Job.objects.count() == 1
 
 
 def test_a_key_of_a_plain_job_is_a_400_on_the_key(operator_api):

@@ -72,11 +72,12 @@ def test_schedule_a_job(operator_api):
 def test_schedule_is_idempotent_with_a_key(operator_api):
     data = {"handler": HANDLER, "run_at": _when(), "idempotency_key": "order-42"}
     first = operator_api.post(JOBS, data, format="json")
-    again = operator_api.post(JOBS, {**data, "payload": {"other": True}}, format="json")
+    again = operator_api.post(JOBS, data, format="json")
     assert (first.status_code, again.status_code) == (201, 200)
     assert first.json()["id"] == again.json()["id"]
-    assert again.json()["payload"] == {}
-    assert Job.objects.count() == 1
+    other = operator_api.post(JOBS, {**data, "payload": {"other": True}}, format="json")
+    assert other.status_code == 409 and other.json()["job_id"] == first.json()["id"]
+    assert Job.objects.get().payload == {}
 
 
 @pytest.mark.parametrize(
