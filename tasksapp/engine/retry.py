@@ -10,6 +10,7 @@ A policy is a small JSON-able dict stored on the job:
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,10 +18,21 @@ from typing import Any
 
 DEFAULT_POLICY: dict[str, Any] = {"base": 1.0, "factor": 2.0, "jitter": 0.5, "cap": 300.0}
 
+# Bounds that keep every computed run time a real timestamp: one job's policy can never
+# make recording its failure raise (and so take its batch with it).
+MAX_DELAY_SECONDS = 30 * 24 * 3600.0
+MAX_DELAYS = 100
+MAX_FACTOR = 100.0
+
 ERR_POLICY_TYPE = "retry_policy must be an object with either 'delays' or 'base'."
-ERR_POLICY_DELAYS = "retry_policy.delays must be a non-empty list of non-negative numbers."
-ERR_POLICY_NUMBER = "retry_policy.{field} must be a non-negative number."
-ERR_POLICY_FACTOR = "retry_policy.factor must be at least 1."
+ERR_POLICY_DELAYS = (
+    "retry_policy.delays must be a non-empty list of at most 100 numbers of seconds,"
+    " each between 0 and 2592000 (30 days)."
+)
+ERR_POLICY_NUMBER = (
+    "retry_policy.{field} must be a number of seconds between 0 and 2592000 (30 days)."
+)
+ERR_POLICY_FACTOR = "retry_policy.factor must be a number between 1 and 100."
 ERR_POLICY_UNKNOWN = "retry_policy has unknown keys: {keys}."
 
 
@@ -34,9 +46,14 @@ class RetryDecision:
     delay: float = 0.0
 
 
+def _is_seconds(value: Any, high: float = MAX_DELAY_SECONDS) -> bool:
+    """A number in [0, high]; NaN and integers too large for a float are not."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value <= high
+
+
 def _number(policy: Mapping[str, Any], field: str, default: float) -> float:
     value = policy.get(field, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+    if not _is_seconds(value):
         raise RetryPolicyError(ERR_POLICY_NUMBER.format(field=field))
     return float(value)
 
@@ -54,10 +71,8 @@ def validate_policy(policy: Any) -> dict[str, Any]:
         delays = policy["delays"]
         valid = (
             isinstance(delays, list)
-            and delays
-            and all(
-                not isinstance(d, bool) and isinstance(d, int | float) and d >= 0 for d in delays
-            )
+            and 0 < len(delays) <= MAX_DELAYS
+            and all(_is_seconds(d) for d in delays)
         )
         if not valid:
             raise RetryPolicyError(ERR_POLICY_DELAYS)
@@ -67,24 +82,42 @@ def validate_policy(policy: Any) -> dict[str, Any]:
     unknown = set(policy) - {"base", "factor", "jitter", "cap"}
     if unknown:
         raise RetryPolicyError(ERR_POLICY_UNKNOWN.format(keys=", ".join(sorted(unknown))))
-    normalised = {
+    factor = policy.get("factor", 2.0)
+    if not _is_seconds(factor, MAX_FACTOR) or factor < 1:
+        raise RetryPolicyError(ERR_POLICY_FACTOR)
+    return {
         "base": _number(policy, "base", 1.0),
-        "factor": _number(policy, "factor", 2.0),
+        "factor": float(factor),
         "jitter": _number(policy, "jitter", 0.0),
         "cap": _number(policy, "cap", 3600.0),
     }
-    if normalised["factor"] < 1:
-        raise RetryPolicyError(ERR_POLICY_FACTOR)
-    return normalised
 
 
 def base_delay(policy: Mapping[str, Any], attempt: int) -> float:
-    """Delay after failed attempt number ``attempt`` (1-based), without jitter."""
+    """Delay after failed attempt number ``attempt`` (1-based), without jitter, at most
+    MAX_DELAY_SECONDS."""
     if "delays" in policy:
         delays = policy["delays"]
-        return float(delays[min(attempt, len(delays)) - 1])
-    raw = policy["base"] * policy["factor"] ** (attempt - 1)
-    return float(min(policy["cap"], raw))
+        return _clamped(delays[min(attempt, len(delays)) - 1])
+    try:
+        raw = policy["base"] * policy["factor"] ** (attempt - 1)
+    except OverflowError:
+        raw = math.inf
+    return _clamped(min(policy["cap"], raw))
+
+
+def _clamped(seconds: float) -> float:
+    seconds = float(seconds)
+    return min(seconds, MAX_DELAY_SECONDS) if seconds >= 0 else 0.0  # NaN: at once
+
+
+def usable_policy(policy: Any) -> dict[str, Any]:
+    """The policy to compute with: a stored policy that no longer validates (written
+    before the bounds, or by hand) is replaced by the default one, never raised."""
+    try:
+        return validate_policy(policy)
+    except RetryPolicyError:
+        return dict(DEFAULT_POLICY)
 
 
 def decide(
@@ -93,9 +126,10 @@ def decide(
     """After attempt number ``attempt`` failed: retry, and after how many seconds?"""
     if attempt >= max_attempts:
         return RetryDecision(retry=False)
-    jitter = float(policy.get("jitter", 0.0))
+    policy = usable_policy(policy)
+    jitter = policy.get("jitter", 0.0)
     extra = (rng or random).uniform(0, jitter) if jitter else 0.0
-    return RetryDecision(retry=True, delay=base_delay(policy, attempt) + extra)
+    return RetryDecision(retry=True, delay=_clamped(base_delay(policy, attempt) + extra))
 
 
 def worst_case_seconds(policy: Mapping[str, Any], *, max_attempts: int) -> float:

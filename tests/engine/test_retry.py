@@ -15,6 +15,8 @@ from tasksapp.engine.retry import (
     ERR_POLICY_NUMBER,
     ERR_POLICY_TYPE,
     ERR_POLICY_UNKNOWN,
+    MAX_DELAY_SECONDS,
+    MAX_DELAYS,
     RetryDecision,
     RetryPolicyError,
     base_delay,
@@ -92,16 +94,43 @@ def test_unknown_keys_are_named_in_order():
     )
 
 
-@pytest.mark.parametrize("field", ["base", "factor", "jitter", "cap"])
-@pytest.mark.parametrize("value", [-1, -0.5, "3", None, True, [1]])
-def test_exponential_fields_must_be_non_negative_numbers(field, value):
+@pytest.mark.parametrize("field", ["base", "jitter", "cap"])
+@pytest.mark.parametrize(
+    "value", [-1, -0.5, "3", None, True, [1], 1e300, 10**400, float("nan"), 2_592_001]
+)
+def test_exponential_fields_must_be_bounded_numbers_of_seconds(field, value):
     policy = {"base": 1.0, field: value}
     assert error_of(policy) == ERR_POLICY_NUMBER.format(field=field)
 
 
-def test_the_factor_may_not_shrink_delays():
-    assert error_of({"base": 1, "factor": 0.5}) == ERR_POLICY_FACTOR
-    assert error_of({"base": 1, "factor": 0}) == ERR_POLICY_FACTOR
+@pytest.mark.parametrize("factor", [0.5, 0, -1, "2", None, True, 101, 1e300, float("nan")])
+def test_the_factor_may_not_shrink_delays_or_explode(factor):
+    assert error_of({"base": 1, "factor": factor}) == ERR_POLICY_FACTOR
+
+
+@pytest.mark.parametrize(
+    "delays", [[1e300], [10**400], [float("inf")], [2_592_001], [1] * (MAX_DELAYS + 1)]
+)
+def test_hostile_delays_are_refused(delays):
+    assert error_of({"delays": delays}) == ERR_POLICY_DELAYS
+
+
+def test_the_largest_policy_computes_bounded_delays_for_every_attempt():
+    policy = validate_policy({"base": MAX_DELAY_SECONDS, "factor": 100, "cap": MAX_DELAY_SECONDS})
+    delays = [base_delay(policy, n) for n in (1, 2, 200, 999)]
+    assert delays == [MAX_DELAY_SECONDS] * 4
+    decision = decide({**policy, "jitter": MAX_DELAY_SECONDS}, attempt=999, max_attempts=1000)
+    assert decision.delay == MAX_DELAY_SECONDS
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [{"delays": [1e300]}, {"base": 1, "factor": 1e300, "cap": 1e300}, {"nonsense": 1}, "x"],
+)
+def test_a_stored_policy_past_the_bounds_is_computed_with_the_default(stored):
+    """Policies stored before the bounds, or by hand: the failure is still recorded."""
+    decision = decide(stored, attempt=1, max_attempts=3, rng=random.Random(1))
+    assert decision.retry and 0 <= decision.delay <= DEFAULT_POLICY["cap"] + 1
 
 
 # --- explicit delays ---------------------------------------------------------------------

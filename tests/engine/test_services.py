@@ -6,6 +6,7 @@ from django.utils import timezone
 from tasksapp.engine import options
 from tasksapp.engine import services as errors
 from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.retry import ERR_POLICY_DELAYS
 from tasksapp.engine.services import JobInputError, job_cancel, job_retry, job_schedule
 from tests.factories import JobFactory
 
@@ -67,7 +68,7 @@ def test_same_idempotency_key_returns_the_existing_job():
         ({"idempotency_key": ""}, options.ERR_KEY),
         (
             {"retry_policy": {"delays": []}},
-            "retry_policy.delays must be a non-empty list of non-negative numbers.",
+            ERR_POLICY_DELAYS,
         ),
     ],
 )
