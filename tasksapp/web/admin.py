@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
+from tasksapp.engine.handlers import registry as handler_registry
 from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, WorkerProcess
 from tasksapp.engine.options import (
     JOB_OPTION_FIELDS,
@@ -23,6 +24,7 @@ from tasksapp.engine.options import (
     validated_handler,
     validated_payload,
 )
+from tasksapp.engine.services import JobInputError, job_schedule
 from tasksapp.recurring.models import FreeOrdinal, Member, RecurringTask, SlicePlan
 from tasksapp.recurring.services import (
     PlanningInputError,
@@ -40,6 +42,7 @@ from tasksapp.web.operators import (
     job_run_now_audited,
     member_activate_audited,
     member_deactivate_audited,
+    operator_action_record,
     recurring_task_pause_audited,
     recurring_task_resume_audited,
 )
@@ -112,8 +115,56 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+class _DryRun(Exception):
+    pass
+
+
+class JobScheduleForm(forms.ModelForm):
+    """A new job, stored by job_schedule: the handler is chosen among the registered ones
+    and every option is checked by the service, whose message shows on the form."""
+
+    handler = forms.ChoiceField(choices=())
+
+    class Meta:
+        model = Job
+        fields = ["handler", "run_at", "payload", *JOB_OPTION_FIELDS, "idempotency_key"]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:  # a stored job's page shows every field read-only
+            self.fields.pop("handler", None)
+            return
+        self.fields["handler"].choices = [(name, name) for name in handler_registry]
+        self.fields["idempotency_key"].required = False
+        self.fields["idempotency_key"].initial = None
+
+    def schedule(self) -> Job:
+        data = {k: v for k, v in self.cleaned_data.items() if k in self.Meta.fields}
+        data["idempotency_key"] = data.get("idempotency_key") or None
+        return job_schedule(**data)
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
+        try:
+            with transaction.atomic():  # the service's own checks, nothing kept
+                self.schedule()
+                raise _DryRun
+        except _DryRun:
+            pass
+        except JobInputError as exc:
+            raise ValidationError(str(exc)) from exc
+        return cleaned
+
+
 @admin.register(Job)
 class JobAdmin(OperateMixin, admin.ModelAdmin):
+    """Jobs are added through job_schedule and changed only by the engine and the audited
+    actions (retry, cancel, run now): a stored job's page is read-only, and jobs are not
+    deleted by hand (cancel them)."""
+
+    form = JobScheduleForm
     list_display = [
         "id",
         "handler",
@@ -131,21 +182,27 @@ class JobAdmin(OperateMixin, admin.ModelAdmin):
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     actions = ["retry_jobs", "cancel_jobs", "run_jobs_now"]
-    # Written by the dispatcher and the workers, never by hand.
-    readonly_fields = [
-        "state",
-        "attempts",
-        "created_at",
-        "claimed_at",
-        "started_at",
-        "finished_at",
-        "lease_token",
-        "claimed_by",
-        "lease_expires_at",
-        "last_error",
-        "errors",
-        "result",
-    ]
+
+    def has_add_permission(self, request) -> bool:
+        return self.has_operate_permission(request)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False  # a stored job is shown read-only; its actions need `operate`
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def save_model(self, request, obj, form, change):
+        job = form.schedule()
+        obj.pk = job.pk
+        operator_action_record(
+            user=request.user,
+            via=VIA,
+            action="schedule",
+            target_type="job",
+            target_id=job.pk,
+            details={"handler": job.handler, "run_at": job.run_at.isoformat()},
+        )
 
     retry_jobs = _operator_action(
         job_retry_audited, "Retry selected jobs now", "{count} job(s) retried.", job_id=_pk
@@ -205,14 +262,12 @@ class MemberAdmin(OperateMixin, admin.ModelAdmin):
     )
 
 
-class _DryRun(Exception):
-    pass
-
-
 class RecurringTaskForm(forms.ModelForm):
     """Saved through recurring_task_create / _update. `clean` shows a bad job option on its
     field, with the engine's message; then it runs the service once in a transaction it
     rolls back, so the service's refusal of the schedule shows as a form error."""
+
+    handler = forms.ChoiceField(choices=())
 
     class Meta:
         model = RecurringTask
@@ -226,6 +281,11 @@ class RecurringTaskForm(forms.ModelForm):
             "slices",
             "active",
         ]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if "handler" in self.fields:
+            self.fields["handler"].choices = [(name, name) for name in handler_registry]
 
     def save_through_service(self) -> RecurringTask:
         data = {k: v for k, v in self.cleaned_data.items() if k in self.Meta.fields}

@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from tasksapp.engine.models import JobState
+from tasksapp.engine.models import Job, JobState
 from tasksapp.engine.options import ERR_MAX_ATTEMPTS
 from tasksapp.engine.retry import ERR_POLICY_DELAYS
 from tasksapp.recurring.models import Member, RecurringTask
@@ -19,7 +19,7 @@ from tasksapp.web.models import OperatorAction
 from tests.web.dashboard.fixtures import HANDLER, make_job
 
 pytestmark = pytest.mark.django_db
-UNREGISTERED = "handler 'sys.exit' is not registered. "
+UNREGISTERED = "Select a valid choice. sys.exit is not one of the available choices."
 
 MODELS = [
     "job",
@@ -52,13 +52,61 @@ def test_machine_written_models_cannot_be_added(admin_client, model):
     assert admin_client.get(reverse(f"admin:tasksapp_{model}_add")).status_code == 403
 
 
-def test_job_change_page_has_machine_fields_read_only(admin_client):
-    job = make_job()
-    response = admin_client.get(reverse("admin:tasksapp_job_change", args=[job.id]))
+def test_a_stored_job_is_read_only_in_the_admin(admin_client):
+    job = make_job(JobState.SUCCEEDED)
+    url = reverse("admin:tasksapp_job_change", args=[job.id])
+    response = admin_client.get(url)
     assert response.status_code == 200
-    form_fields = set(response.context["adminform"].form.fields)
-    assert {"state", "attempts", "started_at", "errors", "lease_token"}.isdisjoint(form_fields)
-    assert {"handler", "run_at", "payload"} <= form_fields
+    assert not response.context["adminform"].form.fields  # every field is shown read-only
+    response = admin_client.post(url, {"handler": "sys.exit", "state": "scheduled"})
+    assert response.status_code == 403
+    job.refresh_from_db()
+    assert (job.handler, job.state) == (HANDLER, JobState.SUCCEEDED)
+    delete = admin_client.post(reverse("admin:tasksapp_job_delete", args=[job.id]), {"post": "yes"})
+    assert delete.status_code == 403 and Job.objects.filter(id=job.id).exists()
+
+
+def _job_form(**overrides) -> dict:
+    run_at = timezone.localtime(timezone.now() + dt.timedelta(hours=1))
+    data = {
+        "handler": HANDLER,
+        "run_at_0": run_at.strftime("%Y-%m-%d"),
+        "run_at_1": run_at.strftime("%H:%M:%S"),
+        "payload": '{"n": 1}',
+        "max_attempts": "3",
+        "retry_policy": '{"delays": [1, 2]}',
+        "delivery": "at_least_once",
+        "time_limit": "",
+        "idempotency_key": "",
+    }
+    return {**data, **overrides}
+
+
+def test_a_job_added_in_the_admin_is_scheduled_by_the_service_and_audited(admin_client):
+    response = admin_client.post(reverse("admin:tasksapp_job_add"), _job_form())
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    job = Job.objects.get()
+    assert (job.handler, job.payload, job.retry_policy) == (HANDLER, {"n": 1}, {"delays": [1, 2]})
+    assert job.state == JobState.SCHEDULED and job.idempotency_key
+    action = OperatorAction.objects.get()
+    assert (action.action, action.via, action.target_id) == ("schedule", "admin", str(job.id))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("handler", "no.such.handler", "Select a valid choice."),
+        ("handler", "sys.exit", "Select a valid choice."),
+        ("retry_policy", '{"delays": [1e300]}', ERR_POLICY_DELAYS),
+        ("retry_policy", '"garbage"', "retry_policy must be an object"),
+        ("max_attempts", "0", "max_attempts must be"),
+    ],
+)
+def test_a_job_with_bad_input_is_not_added(admin_client, field, value, message):
+    response = admin_client.post(reverse("admin:tasksapp_job_add"), _job_form(**{field: value}))
+    assert response.status_code == 200
+    assert message in response.content.decode().replace("&#x27;", "'")
+    assert not Job.objects.exists() and not OperatorAction.objects.exists()
 
 
 def test_job_admin_actions_call_the_services(admin_client):
