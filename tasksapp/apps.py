@@ -9,6 +9,7 @@ class TasksappConfig(AppConfig):
     def ready(self) -> None:
         # Every process (web, dispatcher, worker, commands) knows the same handlers and
         # graph tasks, so what is accepted when a job is scheduled runs where it runs.
+        from tasksapp.engine import checks  # noqa: F401  (registers the system checks)
         from tasksapp.engine.handlers import load_handler_modules
         from tasksapp.graphs import runner  # noqa: F401  (registers the graph jobs' handlers)
         from tasksapp.graphs.registry import autodiscover_graph_tasks
