@@ -75,3 +75,52 @@ def steal_lease(ctx):
 @job_handler
 def not_json(ctx):
     return {"when": object()}
+
+
+@job_handler
+def exit_now(ctx):
+    """What `sys.exit` as a handler did: SystemExit out of the handler."""
+    raise SystemExit(3)
+
+
+@job_handler
+def interrupt(ctx):
+    raise KeyboardInterrupt
+
+
+class UnreadableError(Exception):
+    def __str__(self):
+        raise RuntimeError("no message for you")
+
+
+@job_handler
+def fail_unreadably(ctx):
+    raise UnreadableError
+
+
+@job_handler
+def fail_with_unstorable_text(ctx):
+    raise RuntimeError("NUL \x00 and a lone surrogate \ud800 <script>x</script>")
+
+
+def _deep(levels: int):
+    value: object = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+HOSTILE_RESULTS = {
+    "nul": lambda: {"s": "a\x00b"},
+    "surrogate": lambda: {"s": "\ud800"},
+    "big": lambda: "x" * (2 * 1024 * 1024),
+    "object": lambda: {"when": object()},
+    "nan": lambda: float("nan"),
+    "deep": lambda: _deep(200),
+}
+
+
+@job_handler
+def return_hostile(ctx):
+    """Returns the result named by payload['kind'], one the jobs table cannot store."""
+    return HOSTILE_RESULTS[ctx.payload["kind"]]()

@@ -10,7 +10,6 @@ Delivery modes:
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import socket
@@ -22,12 +21,14 @@ from enum import Enum, auto
 from queue import Empty, SimpleQueue
 from typing import Any
 
-from django.db import close_old_connections, connection, transaction
+from celery.exceptions import WorkerShutdown, WorkerTerminate
+from django.db import DataError, IntegrityError, close_old_connections, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from tasksapp.engine import retry
 from tasksapp.engine.handlers import HandlerError, JobContext, resolve_handler
+from tasksapp.engine.jsonvalues import JsonValueError, checked_json, safe_text
 from tasksapp.engine.models import Delivery, WorkerProcess
 from tasksapp.engine.sessions import flush_commits
 from tasksapp.engine.settings import tempo_settings
@@ -42,8 +43,14 @@ from tasksapp.engine.transitions import (
 
 log = logging.getLogger(__name__)
 
-ERR_RESULT_JSON = "handler returned a result that is not JSON-serialisable: {reason}"
+ERR_RESULT = "handler returned a result that cannot be stored: {reason}"
+ERR_RESULT_NOT_STORED = "the result could not be stored: {reason}"
 ERR_TIME_LIMIT = "time limit of {limit:g} s exceeded ({elapsed:.1f} s)"
+ERR_UNREADABLE = "{kind} (its message could not be read)"
+ERROR_TEXT_CHARS = 2000
+# Raised into the worker by Celery's own signal handlers (a cold shutdown): the attempt
+# is recorded as failed and the exception goes on, so the worker still stops.
+WORKER_EXITS = (WorkerShutdown, WorkerTerminate)
 
 
 class LeaseLost(Exception):
@@ -180,7 +187,7 @@ def execute_batch(claims: Sequence[Sequence[int | float]]) -> int:
                 finished_ok.append(outcome)
             else:
                 keeper.release(job.id, succeeded=status is RunOutcome.RECORDED_SUCCESS)
-        done = job_succeed(outcomes=finished_ok)
+        done = _record_successes(finished_ok, {job.id: job for job in started})
         for job_id, *_ in finished_ok:
             keeper.release(job_id, succeeded=job_id in done)
     finally:
@@ -188,6 +195,24 @@ def execute_batch(claims: Sequence[Sequence[int | float]]) -> int:
         # the lease, so that it expires and the reaper returns the job.
         keeper.forget([job.id for job in started])
     return len(started)
+
+
+def _record_successes(outcomes: list, jobs: dict[int, StartedJob]) -> set[int]:
+    """The batch's successes in one statement; if the data of one of them is refused, each
+    on its own, and the refused one fails (its outcome alone, never its neighbours')."""
+    try:
+        return job_succeed(outcomes=outcomes)
+    except (DataError, IntegrityError):
+        log.warning("a batch's successes were refused as one; recording them one by one")
+    done: set[int] = set()
+    for outcome in outcomes:
+        job = jobs[outcome[0]]
+        try:
+            done |= job_succeed(outcomes=[outcome])
+        except (DataError, IntegrityError) as exc:
+            error = ERR_RESULT_NOT_STORED.format(reason=_describe(exc))
+            _record_failure(job, error, kind="exception", began_ms=outcome[3])
+    return done
 
 
 _handler_pool: ThreadPoolExecutor | None = None
@@ -336,9 +361,21 @@ def _run_one(job: StartedJob) -> tuple[RunOutcome, Any]:
         _record_failure(job, str(exc), kind="time_limit", began_ms=began_ms)
     except HandlerError as exc:
         _record_failure(job, str(exc), kind="handler", began_ms=began_ms)
-    except Exception as exc:  # the handler's own failure
-        _record_failure(job, f"{type(exc).__name__}: {exc}", kind="exception", began_ms=began_ms)
+    except BaseException as exc:  # noqa: BLE001 - the handler's own failure, SystemExit too
+        _record_failure(job, _describe(exc), kind="exception", began_ms=began_ms)
+        if isinstance(exc, WORKER_EXITS):
+            raise
     return RunOutcome.FAILED, None
+
+
+def _describe(exc: BaseException) -> str:
+    """'Type: message', storable whatever the exception's message holds (or raises)."""
+    kind = type(exc).__name__
+    try:
+        text = f"{kind}: {exc}"
+    except Exception:  # noqa: BLE001 - a hostile __str__
+        text = ERR_UNREADABLE.format(kind=kind)
+    return safe_text(text, max_chars=ERROR_TEXT_CHARS)
 
 
 def _call(job: StartedJob, handler) -> Any:
@@ -347,10 +384,16 @@ def _call(job: StartedJob, handler) -> Any:
     elapsed = time.monotonic() - began
     if job.time_limit and elapsed > job.time_limit:
         raise TimeLimitExceeded(ERR_TIME_LIMIT.format(limit=job.time_limit, elapsed=elapsed))
+    limits = tempo_settings()
     try:
-        return json.loads(json.dumps(result, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(ERR_RESULT_JSON.format(reason=exc)) from exc
+        return checked_json(
+            result,
+            what="result",
+            max_bytes=limits.max_result_bytes,
+            max_depth=limits.max_json_depth,
+        )
+    except JsonValueError as exc:
+        raise ValueError(ERR_RESULT.format(reason=exc)) from exc
 
 
 def _run_transactional(job: StartedJob, handler, began_ms: float) -> None:
@@ -361,16 +404,22 @@ def _run_transactional(job: StartedJob, handler, began_ms: float) -> None:
 
 
 def _record_failure(job: StartedJob, error: str, *, kind: str, began_ms: float | None) -> None:
-    decision = retry.decide(
-        job.retry_policy or retry.DEFAULT_POLICY, attempt=job.attempt, max_attempts=job.max_attempts
-    )
-    recorded = job_fail(
-        job_id=job.id,
-        token=job.token,
-        error=error,
-        kind=kind,
-        retry_in=decision.delay if decision.retry else None,
-        began_ms=began_ms,
-    )
+    """Record one failed attempt. Whatever goes wrong here stays with this job: it is
+    logged, and the job's lease, no longer renewed, expires into the reaper's hands."""
+    try:
+        decision = retry.decide(
+            job.retry_policy, attempt=job.attempt, max_attempts=job.max_attempts
+        )
+        recorded = job_fail(
+            job_id=job.id,
+            token=job.token,
+            error=safe_text(error, max_chars=ERROR_TEXT_CHARS),
+            kind=kind,
+            retry_in=decision.delay if decision.retry else None,
+            began_ms=began_ms,
+        )
+    except (DataError, IntegrityError, ValueError, OverflowError):
+        log.exception("job %s: its failure could not be recorded; its lease will expire", job.id)
+        return
     if not recorded:
         log.warning("job %s: failure not recorded, lease lost", job.id)

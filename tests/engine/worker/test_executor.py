@@ -121,7 +121,7 @@ def test_non_json_result_is_a_failure(effects):
     claim_and_run(job)
     job.refresh_from_db()
     assert job.state == JobState.DEAD
-    assert "not JSON-serialisable" in job.last_error
+    assert "result must be JSON-serialisable" in job.last_error
 
 
 @pytest.mark.parametrize("delivery", ["at_least_once", "at_most_once"])
