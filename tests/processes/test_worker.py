@@ -27,3 +27,18 @@ def test_a_busy_worker_takes_its_next_message_as_soon_as_a_job_ends(cluster, sql
     ]
     assert len(gaps) == 5
     assert max(gaps) < 0.1, gaps  # each 0.5 s job queues behind the previous one
+
+
+def test_a_handler_that_exits_fails_its_attempt_and_the_worker_goes_on(cluster, sql):
+    """`sys.exit` inside a handler used to escape the wrapper: the Celery task stayed
+    active and later jobs stayed claimed until the worker restarted."""
+    cluster.dispatcher("d1")
+    cluster.worker("w1", concurrency=1)
+    insert_jobs(sql, count=1, start=1, spread=0.1, handler="tests.handlers.recording.exit_now")
+    insert_jobs(sql, count=3, start=2, spread=0.3, handler="tests.handlers.recording.record")
+    wait_for(lambda: outcome(sql).get("succeeded") == 3, timeout=30, message="later jobs succeeded")
+    state, error = sql.execute(
+        "SELECT state, last_error FROM tasksapp_job WHERE handler LIKE '%exit_now'"
+    ).fetchone()
+    assert state in ("failed", "dead") and error.startswith("SystemExit: 3")
+    assert cluster.processes["w1"].poll() is None  # the worker process is still serving
