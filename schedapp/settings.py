@@ -32,7 +32,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_celery_beat",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "tasksapp",
 ]
@@ -93,10 +92,11 @@ LOGIN_URL = "/login/"
 
 # --- HTTP API (tasksapp/web/api, docs/DASHBOARD.md)----------------------------------
 REST_FRAMEWORK = {
-    # Tokens for programs (admin or `manage.py drf_create_token <user>`); the session of
-    # a logged-in operator works too, with its CSRF check.
+    # API tokens for programs, stored hashed (dashboard "API tokens" page or
+    # `manage.py api_token_create <user> --name ...`); the session of a logged-in operator
+    # works too, with its CSRF check.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "tasksapp.web.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["tasksapp.web.api.permissions.ViewOrOperate"],

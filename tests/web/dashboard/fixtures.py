@@ -9,11 +9,11 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState, WorkerProcess
 from tasksapp.web.operators import roles_ensure
+from tasksapp.web.tokens import api_token_issue
 
 HANDLER = "tests.handlers.recording.record"
 
@@ -63,8 +63,8 @@ def operator_client(operator) -> Client:
 def api_client_for(user: User | None) -> APIClient:
     client = APIClient()
     if user is not None:
-        token, _ = Token.objects.get_or_create(user=user)
-        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        _, key = api_token_issue(owner=user, name="tests", trusted=True)
+        client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
     return client
 
 
