@@ -8,7 +8,8 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
+from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import connection, transaction
 from django.urls import reverse
@@ -33,16 +34,19 @@ from tasksapp.recurring.services import (
     recurring_task_create,
     recurring_task_update,
 )
-from tasksapp.web.models import OperatorAction
+from tasksapp.web.models import ApiToken, OperatorAction
 from tasksapp.web.operators import (
     ACTION_REFUSALS,
     PERM_OPERATE,
+    SERVICE_ACTIONS,
+    api_token_revoke_audited,
     job_cancel_audited,
     job_retry_audited,
     job_run_now_audited,
     member_activate_audited,
     member_deactivate_audited,
     operator_action_record,
+    operator_refusal_record,
     recurring_task_pause_audited,
     recurring_task_resume_audited,
 )
@@ -70,9 +74,84 @@ class EstimatedCountPaginator(Paginator):
         return super().count
 
 
+# What the audit log calls each model whose admin has operator actions.
+AUDIT_TARGETS = {
+    "job": "job",
+    "member": "member",
+    "recurringtask": "recurring_task",
+    "apitoken": "api_token",
+}
+REFUSED_SELECTION_MAX = 100
+
+
 class OperateMixin:
+    """Operator actions (`_operator_action`) for operators only. Django does not offer an
+    action to a user without its permission and ignores a POST of it; such a POST is
+    recorded here as a refused attempt (`denied:<action>`), and so is a POST to an add,
+    change or delete page that the user's permissions refuse (`denied:add`, ...)."""
+
     def has_operate_permission(self, request) -> bool:
         return request.user.has_perm(PERM_OPERATE)
+
+    def changelist_view(self, request, extra_context=None):
+        if request.method == "POST" and "action" in request.POST:
+            self._record_refused_action(request)
+        return super().changelist_view(request, extra_context)
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except PermissionDenied:
+            self._record_refused_page(request, "add" if object_id is None else "change", object_id)
+            raise
+
+    def delete_view(self, request, object_id, extra_context=None):
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except PermissionDenied:
+            self._record_refused_page(request, "delete", object_id)
+            raise
+
+    def _record_refused_page(self, request, action: str, object_id) -> None:
+        if request.method != "POST":
+            return
+        model_name = self.model._meta.model_name
+        operator_refusal_record(
+            user=request.user,
+            via=VIA,
+            action=action,
+            target_type=AUDIT_TARGETS.get(model_name, model_name),
+            target_id=object_id or "",
+            method=request.method,
+            path=request.path,
+            reason=f"no permission to {action} a {self.model._meta.verbose_name}",
+        )
+
+    def _record_refused_action(self, request) -> None:
+        name = request.POST["action"]
+        audit_action = getattr(getattr(self, name, None), "audit_action", None)
+        if audit_action is None or self.has_operate_permission(request):
+            return
+        selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)[:REFUSED_SELECTION_MAX]
+        model_name = self.model._meta.model_name
+        ids = [int(pk) for pk in selected if pk.isdigit() and len(pk) < 19]
+        if model_name == "member":  # members are recorded by external id
+            ids = list(Member.objects.filter(pk__in=ids).values_list("external_id", flat=True))
+        operator_refusal_record(
+            user=request.user,
+            via=VIA,
+            action=audit_action,
+            target_type=AUDIT_TARGETS.get(model_name, model_name),
+            target_id=",".join(map(str, ids)),
+            method=request.method,
+            path=request.path,
+            reason="needs the operator role",
+            details={
+                "admin_action": name,
+                "selected": selected,
+                "select_across": request.POST.get("select_across") == "1",
+            },
+        )
 
 
 def _operator_action(service, description: str, done: str, **ids: Callable[[Any], Any]):
@@ -91,6 +170,7 @@ def _operator_action(service, description: str, done: str, **ids: Callable[[Any]
         if ok:
             modeladmin.message_user(request, done.format(count=ok), messages.SUCCESS)
 
+    action.audit_action = SERVICE_ACTIONS[service]
     return action
 
 
@@ -423,6 +503,47 @@ class WorkerProcessAdmin(ReadOnlyAdmin):
 class FreeOrdinalAdmin(ReadOnlyAdmin):
     list_display = ["ordinal"]
     ordering = ["ordinal"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(OperateMixin, ReadOnlyAdmin):
+    """Listed and revoked here; created on the dashboard's API tokens page or with
+    `manage.py api_token_create`. No key is stored, so none can be shown."""
+
+    list_display = [
+        "name",
+        "key_prefix",
+        "user",
+        "created_at",
+        "created_by",
+        "last_used_at",
+        "revoked_at",
+    ]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["=user__username", "^prefix", "name"]
+    ordering = ["-id"]
+    fields = [
+        "name",
+        "key_prefix",
+        "user",
+        "created_by",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    ]
+    readonly_fields = fields
+    actions = ["revoke_tokens"]
+
+    @admin.display(description="key starts with")
+    def key_prefix(self, obj) -> str:
+        return f"{obj.prefix}…"
+
+    revoke_tokens = _operator_action(
+        api_token_revoke_audited,
+        "Revoke selected tokens",
+        "{count} token(s) revoked.",
+        token_id=_pk,
+    )
 
 
 @admin.register(OperatorAction)

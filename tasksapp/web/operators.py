@@ -2,13 +2,20 @@
 
 The dashboard, the HTTP API and the admin all call the `*_audited` functions here: each
 checks the user's permission, calls the one service that owns the change, and records
-who did what, when and through which entry point, in one transaction. A refused or
-failed action changes nothing and records nothing.
+who did what, when and through which entry point, in one transaction. A failed action
+(wrong state, bad input) changes nothing and records nothing.
+
+A mutating request refused for want of a role (a viewer's retry, an API write by a user
+in no group, an admin action the user may not take) changes nothing and is recorded by
+`operator_refusal_record` as `denied:<action>`, when the user is logged in. Anonymous
+requests are not recorded: they are refused before anything runs (login page, 401), so
+recording them would let anyone grow the table; throttling bounds them instead.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any
 
 from django.contrib.auth.models import Group, Permission
@@ -23,7 +30,8 @@ from tasksapp.recurring.services import (
     member_deactivate,
     recurring_task_update,
 )
-from tasksapp.web.models import OperatorAction
+from tasksapp.web.models import ApiToken, OperatorAction
+from tasksapp.web.tokens import TokenInputError, api_token_issue, api_token_revoke
 
 ROLE_VIEWER = "viewer"
 ROLE_OPERATOR = "operator"
@@ -39,6 +47,7 @@ _MODELS = [
     "workerprocess",
     "freeordinal",
     "operatoraction",
+    "apitoken",
 ]
 # Viewers see everything; operators may also act. Superusers have every permission.
 ROLES = {
@@ -48,6 +57,10 @@ ROLES = {
 
 ERR_NOT_OPERATOR = "only operators may do this: {user} is not in the operator group."
 ERR_TASK_NOT_FOUND = "recurring task {task_id} does not exist."
+DENIED = "denied:"  # the action prefix of a refused attempt
+REFUSAL_PATH_MAX = 500
+
+logger = logging.getLogger(__name__)
 
 
 class OperatorPermissionError(PermissionError):
@@ -55,7 +68,7 @@ class OperatorPermissionError(PermissionError):
 
 
 # What an action may be refused with; every entry point shows the message to the operator.
-ACTION_REFUSALS = (JobInputError, PlanningInputError, OperatorPermissionError)
+ACTION_REFUSALS = (JobInputError, PlanningInputError, TokenInputError, OperatorPermissionError)
 
 
 def roles_ensure() -> None:
@@ -76,15 +89,46 @@ def operator_action_record(
     target_type: str,
     target_id: Any,
     details: dict | None = None,
+    username: str | None = None,
 ) -> OperatorAction:
+    """One audit row. `username` defaults to the user's (a command passes its own)."""
     return OperatorAction.objects.create(
         user=user if getattr(user, "pk", None) else None,
-        username=getattr(user, "username", "") or "",
+        username=username if username is not None else getattr(user, "username", "") or "",
         via=via,
         action=action,
         target_type=target_type,
         target_id=str(target_id),
         details=details or {},
+    )
+
+
+def operator_refusal_record(
+    *,
+    user: Any,
+    via: str,
+    action: str,
+    target_type: str,
+    target_id: Any = "",
+    method: str = "POST",
+    path: str = "",
+    reason: str = "",
+    details: dict | None = None,
+) -> OperatorAction | None:
+    """Record an attempt refused for want of a role: action `denied:<action>`, with the
+    request's method, path and the reason in the details. Nothing is recorded for an
+    anonymous user (see the module's docstring)."""
+    if not (user and getattr(user, "is_authenticated", False)):
+        return None
+    logger.info("refused %s %s to %s (%s)", method, action, user.get_username(), via)
+    return operator_action_record(
+        user=user,
+        via=via,
+        action=(DENIED + action)[:40],
+        target_type=target_type[:40],
+        target_id=str(target_id)[:200],
+        details={"method": method, "path": path[:REFUSAL_PATH_MAX], "reason": reason}
+        | (details or {}),
     )
 
 
@@ -178,3 +222,54 @@ def member_deactivate_audited(*, user: Any, member: Member, via: str) -> Member:
 def member_activate_audited(*, user: Any, member: Member, via: str) -> Member:
     """Plan the member again (member_activate), recorded."""
     return _member_audited(member_activate, "activate", user=user, member=member, via=via)
+
+
+def api_token_create_audited(*, user: Any, owner: Any, name: str, via: str) -> tuple[ApiToken, str]:
+    """A new API token for `owner`, created by an operator, recorded (never its key).
+    Returns the token and its key: show the key once, then forget it."""
+    _require_operator(user)
+    with transaction.atomic():
+        token, key = api_token_issue(owner=owner, name=name, created_by=user)
+        operator_action_record(
+            user=user,
+            via=via,
+            action="token_create",
+            target_type="api_token",
+            target_id=token.id,
+            details={"name": token.name, "owner": owner.get_username(), "prefix": token.prefix},
+        )
+    return token, key
+
+
+def api_token_revoke_audited(*, user: Any, token_id: Any, via: str) -> ApiToken:
+    """Revoke an API token (it stops working at once), recorded."""
+    _require_operator(user)
+    with transaction.atomic():
+        token = api_token_revoke(token_id=token_id)
+        operator_action_record(
+            user=user,
+            via=via,
+            action="token_revoke",
+            target_type="api_token",
+            target_id=token.id,
+            details={
+                "name": token.name,
+                "owner": token.user.get_username(),
+                "prefix": token.prefix,
+            },
+        )
+    return token
+
+
+# The action each audited service records: entry points name refused attempts the same.
+SERVICE_ACTIONS = {
+    job_cancel_audited: "cancel",
+    job_retry_audited: "retry",
+    job_run_now_audited: "run_now",
+    recurring_task_pause_audited: "pause",
+    recurring_task_resume_audited: "resume",
+    member_deactivate_audited: "deactivate",
+    member_activate_audited: "activate",
+    api_token_create_audited: "token_create",
+    api_token_revoke_audited: "token_revoke",
+}

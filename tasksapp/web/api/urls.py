@@ -2,6 +2,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
 from . import views
+from .permissions import ViewOrOperate
 
 app_name = "api"
 urlpatterns = [
@@ -40,5 +41,6 @@ urlpatterns = [
         views.MemberNextRunsView.as_view(),
         name="member-next-runs",
     ),
-    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    # The schema describes every endpoint: for the viewer role, like the API's reads.
+    path("schema/", SpectacularAPIView.as_view(permission_classes=[ViewOrOperate]), name="schema"),
 ]

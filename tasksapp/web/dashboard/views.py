@@ -1,6 +1,6 @@
 """Dashboard pages. Each view: check the role, parse the query, call selectors, render.
-Actions: POST only (CSRF by the middleware), operator permission, one audited service,
-then back to the page with a message."""
+Actions: POST only (CSRF by the middleware), operator permission (a refusal is recorded,
+access.py), one audited service, then back to the page with a message."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import datetime as dt
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required, permission_required
+from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -23,11 +23,11 @@ from tasksapp.recurring.selectors.plans import (
     recurring_task_list,
     recurring_task_plan,
 )
+from tasksapp.web.dashboard.access import operator_required, viewer_required
 from tasksapp.web.models import OperatorAction
 from tasksapp.web.operators import (
     ACTION_REFUSALS,
     PERM_OPERATE,
-    PERM_VIEW,
     job_cancel_audited,
     job_retry_audited,
     job_run_now_audited,
@@ -60,9 +60,6 @@ ERR_FILTER_TIME = "{field}: not a date and time (use YYYY-MM-DD HH:MM, UTC)."
 ERR_FILTER_TASK = "task: no recurring task with id {value}."
 ERR_FILTER_MEMBER = "member: no member with external id {value!r}."
 ERR_PERIOD = "period must be a whole number."
-
-viewer_required = permission_required(PERM_VIEW, raise_exception=True)
-operator_required = permission_required(PERM_OPERATE, raise_exception=True)
 
 
 def _can_operate(request: HttpRequest) -> bool:

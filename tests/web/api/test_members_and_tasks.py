@@ -53,6 +53,7 @@ def test_deactivate_and_activate_member(operator_api, viewer_api):
     response = operator_api.post(f"/api/members/{member.id}/activate/")
     assert response.json()["active"] is True
     assert list(OperatorAction.objects.order_by("id").values_list("action", "target_id")) == [
+        ("denied:deactivate", "alice"),  # the viewer's attempt
         ("deactivate", "alice"),
         ("activate", "alice"),
     ]

@@ -67,7 +67,7 @@ def test_a_refused_transition_is_shown_and_not_recorded(operator_client):
     assert not OperatorAction.objects.exists()
 
 
-def test_viewer_is_refused_and_nothing_changes(viewer_client):
+def test_viewer_is_refused_nothing_changes_and_the_attempt_is_recorded(viewer_client, viewer):
     job = make_job()
     for action in ("cancel", "retry", "run-now"):
         response = viewer_client.post(_action(job, action))
@@ -75,7 +75,12 @@ def test_viewer_is_refused_and_nothing_changes(viewer_client):
         assert "only operators can retry, cancel" in response.content.decode()
     job.refresh_from_db()
     assert job.state == JobState.SCHEDULED
-    assert not OperatorAction.objects.exists()
+    rows = OperatorAction.objects.order_by("id")
+    assert [(a.action, a.target_type, a.target_id, a.user_id, a.via) for a in rows] == [
+        (f"denied:{action}", "job", str(job.id), viewer.id, "dashboard")
+        for action in ("cancel", "retry", "run_now")
+    ]
+    assert rows[0].details["reason"] == "needs the operator role"
 
 
 def test_anonymous_post_goes_to_login(client):
