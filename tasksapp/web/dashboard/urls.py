@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views
+from . import tokens, views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -14,6 +14,9 @@ urlpatterns = [
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/<str:action>/", views.job_action, name="job-action"),
     path("audit/", views.audit_list, name="audit"),
+    path("tokens/", tokens.token_list, name="tokens"),
+    path("tokens/new/", tokens.token_create, name="token-create"),
+    path("tokens/<int:token_id>/revoke/", tokens.token_revoke, name="token-revoke"),
     path(
         "login/",
         auth_views.LoginView.as_view(
