@@ -120,9 +120,7 @@ def test_viewers_see_the_list_without_forms(viewer_client, operator):
     assert token.digest not in html
 
 
-def test_an_operator_creates_a_token_and_sees_its_key_once(
-    operator_client, operator, viewer, logs
-):
+def test_an_operator_creates_a_token_and_sees_its_key_once(operator_client, operator, viewer, logs):
     response = operator_client.post(
         reverse("dashboard:token-create"), {"name": "prometheus", "user": viewer.username}
     )
@@ -273,9 +271,7 @@ def test_drf_tokens_are_converted_and_their_plain_keys_deleted(viewer):
             "CREATE TABLE authtoken_token"
             " (key varchar(40) PRIMARY KEY, created timestamptz NOT NULL, user_id integer)"
         )
-        cursor.execute(
-            "INSERT INTO authtoken_token VALUES (%s, now(), %s)", [old_key, viewer.id]
-        )
+        cursor.execute("INSERT INTO authtoken_token VALUES (%s, now(), %s)", [old_key, viewer.id])
     migration.convert_drf_tokens(django_apps, types.SimpleNamespace(connection=connection))
     token = ApiToken.objects.get()
     assert (token.user, token.prefix, token.name) == (viewer, old_key[:8], "DRF token (converted)")
