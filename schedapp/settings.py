@@ -190,6 +190,11 @@ TEMPO = {
     # A take not confirmed within this time is returned to the index by any instance.
     "INDEX_LEASE_SECONDS": env.float("TEMPO_INDEX_LEASE_SECONDS", default=5.0),
     "INDEX_RETURN_SECONDS": env.float("TEMPO_INDEX_RETURN_SECONDS", default=2.0),
+    # Largest payload and result a job may carry, in bytes of JSON text, and the deepest
+    # nesting of either (tasksapp/engine/jsonvalues.py); larger ones are refused.
+    "MAX_PAYLOAD_BYTES": env.int("TEMPO_MAX_PAYLOAD_BYTES", default=1_048_576),
+    "MAX_RESULT_BYTES": env.int("TEMPO_MAX_RESULT_BYTES", default=1_048_576),
+    "MAX_JSON_DEPTH": env.int("TEMPO_MAX_JSON_DEPTH", default=32),
 }
 TEMPO["INDEX_PREFIX"] = TEMPO["INDEX_PREFIX"] or f"{TEMPO['QUEUE']}:"
 
