@@ -33,7 +33,10 @@ PATH_CHARS = 120  # a path in a message is cut to this many characters
 KEY_CHARS = 40  # and each key in it to this many
 
 ERR_SURROGATE = "{what} contains a lone surrogate ({char}) {place} {path}: send valid UTF-8 text"
-ERR_NUL = "{what} has a NUL character (\\u0000) {place} {path}: PostgreSQL cannot store it"
+ERR_NUL = (
+    "{what} must not contain the NUL character (\\u0000), found {place} {path}: "
+    "PostgreSQL cannot store it"
+)
 ERR_KEY = "{what} has a non-string key ({key}) at {path}: JSON object keys are strings"
 ERR_NUMBER = (
     "{what} has a number out of range at {path}: numbers must lie within ±{limit} "

@@ -8,14 +8,15 @@ own error type (or form/field error) with the message unchanged.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from tasksapp.engine.handlers import HandlerError, resolve_handler
+from tasksapp.engine.jsonvalues import JsonValueError, checked_json
 from tasksapp.engine.models import Delivery
 from tasksapp.engine.retry import RetryPolicyError, validate_policy
+from tasksapp.engine.settings import tempo_settings
 
 ERR_PAYLOAD_JSON = "payload must be JSON-serialisable: {reason}"
 ERR_MAX_ATTEMPTS = "max_attempts must be an integer between 1 and 1000."
@@ -49,13 +50,23 @@ def validated_handler(handler: Any) -> str:
 
 
 def validated_payload(payload: Any) -> Any:
-    """The payload as the jobs table stores it (JSON, no NaN); None becomes {}."""
+    """The payload as the jobs table stores it; None becomes {}. Refused (see
+    tasksapp.engine.jsonvalues): what is not JSON or does not read back the same from
+    PostgreSQL and SQLite (NaN, lone surrogates, NUL, numbers beyond 2**53, non-string
+    keys), payloads over TEMPO_MAX_PAYLOAD_BYTES or nested over TEMPO_MAX_JSON_DEPTH."""
     if payload is None:
         return {}
+    limits = tempo_settings()
     try:
-        return json.loads(json.dumps(payload, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise JobOptionsError("payload", ERR_PAYLOAD_JSON.format(reason=exc)) from exc
+        return checked_json(
+            payload,
+            what="payload",
+            max_bytes=limits.max_payload_bytes,
+            max_depth=limits.max_json_depth,
+            limit_name="TEMPO_MAX_PAYLOAD_BYTES",
+        )
+    except JsonValueError as exc:
+        raise JobOptionsError("payload", str(exc)) from exc
 
 
 def validated_idempotency_key(key: Any) -> str | None:

@@ -47,6 +47,9 @@ class TempoSettings:
     index_check_seconds: float
     index_lease_seconds: float
     index_return_seconds: float
+    max_payload_bytes: int
+    max_result_bytes: int
+    max_json_depth: int
 
     def __post_init__(self) -> None:
         if self.dispatch_mode not in DISPATCH_MODES:
