@@ -20,6 +20,7 @@ from typing import Any
 
 from django.contrib.auth.models import Group, Permission
 from django.db import transaction
+from django.views.decorators.debug import sensitive_variables
 
 from tasksapp.engine.models import Job
 from tasksapp.engine.services import JobInputError, job_cancel, job_retry, job_run_now
@@ -224,6 +225,7 @@ def member_activate_audited(*, user: Any, member: Member, via: str) -> Member:
     return _member_audited(member_activate, "activate", user=user, member=member, via=via)
 
 
+@sensitive_variables("key")  # kept out of error reports
 def api_token_create_audited(*, user: Any, owner: Any, name: str, via: str) -> tuple[ApiToken, str]:
     """A new API token for `owner`, created by an operator, recorded (never its key).
     Returns the token and its key: show the key once, then forget it."""

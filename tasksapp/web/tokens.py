@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.utils import timezone
+from django.views.decorators.debug import sensitive_variables
 
 from tasksapp.web.models import ApiToken
 
@@ -64,6 +65,7 @@ def token_owner_check(*, owner: Any, created_by: Any, trusted: bool = False) -> 
         raise TokenInputError(ERR_OWNER_SUPERUSER.format(owner=owner.get_username()))
 
 
+@sensitive_variables("key")  # kept out of error reports
 def api_token_issue(
     *, owner: Any, name: str, created_by: Any = None, trusted: bool = False
 ) -> tuple[ApiToken, str]:
@@ -95,6 +97,7 @@ def api_token_revoke(*, token_id: Any) -> ApiToken:
     return token
 
 
+@sensitive_variables("key")
 def api_token_authenticate(*, key: str) -> ApiToken | None:
     """The active token whose key this is, with its active user; None for any other key.
     Stamps the token's last use (at most once per LAST_USED_RESOLUTION)."""

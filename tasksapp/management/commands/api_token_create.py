@@ -5,6 +5,7 @@ import getpass
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
+from django.views.decorators.debug import sensitive_variables
 
 from tasksapp.web.models import OperatorAction
 from tasksapp.web.operators import operator_action_record
@@ -29,6 +30,7 @@ class Command(BaseCommand):
         parser.add_argument("username", help="the user the token acts as")
         parser.add_argument("--name", required=True, help="what the token is for")
 
+    @sensitive_variables("key")  # kept out of error reports
     def handle(self, *args, **opts):
         owner = get_user_model().objects.filter(username=opts["username"]).first()
         if owner is None:

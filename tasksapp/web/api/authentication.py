@@ -4,6 +4,7 @@ programs that sent DRF tokens keep working with the same header."""
 
 from __future__ import annotations
 
+from django.views.decorators.debug import sensitive_variables
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
@@ -20,6 +21,7 @@ class ApiTokenAuthentication(BaseAuthentication):
 
     keyword = KEYWORD
 
+    @sensitive_variables("parts", "key")  # kept out of error reports
     def authenticate(self, request):
         parts = get_authorization_header(request).split()
         if not parts or parts[0].lower() != self.keyword.lower().encode():

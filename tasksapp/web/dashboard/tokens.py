@@ -14,6 +14,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
+from django.views.decorators.debug import sensitive_variables
 from django.views.decorators.http import require_GET, require_POST
 
 from tasksapp.web.dashboard.access import operator_required, viewer_required
@@ -62,6 +63,7 @@ def token_list(request: HttpRequest) -> HttpResponse:
     return _page(request, None)
 
 
+@sensitive_variables("key")  # kept out of error reports
 @never_cache
 @login_required
 @operator_required
