@@ -1,12 +1,17 @@
 """Settings: every environment variable is read here, once, with a typed helper.
 
 Defaults are safe for development (SQLite, a broker that needs no server); production
-sets DATABASE_URL, CELERY_BROKER_URL and DJANGO_SECRET_KEY (required when DEBUG is off).
+sets DATABASE_URL, CELERY_BROKER_URL and a strong DJANGO_SECRET_KEY (required when DEBUG
+is off), and TEMPO_BEHIND_HTTPS when served over HTTPS (README, "Security settings").
 """
 
+import datetime as dt
+import sys
 from pathlib import Path
 
 import environ
+from csp.constants import NONE, SELF
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(environ.Env().str("TEMPO_DATA_DIR", default=str(BASE_DIR / "var")))
@@ -16,12 +21,77 @@ environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 EMBEDDED = env.bool("TEMPO_EMBEDDED", default=False)
+# Keys that were published (the .env.example placeholder, the development default) sign
+# nothing in production, and neither does a short or repetitive one (Django's W009 rule).
+KNOWN_SECRET_KEYS = {"replace-with-a-long-random-string", "insecure-development-only-key"}
+
+
+def secret_key_weakness(key: str) -> str | None:
+    """Why `key` may not sign sessions outside DEBUG/embedded mode, or None."""
+    if key in KNOWN_SECRET_KEYS or key.startswith("django-insecure-"):
+        return "it is a published placeholder"
+    if len(key) < 50:
+        return f"it has {len(key)} characters (at least 50 needed)"
+    if len(set(key)) < 5:
+        return "it has fewer than 5 distinct characters"
+    return None
+
+
 if DEBUG or EMBEDDED:
     SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="insecure-development-only-key")
 else:
     SECRET_KEY = env.str("DJANGO_SECRET_KEY")  # no default: fail fast in production
+    # A test run (pytest) may use a throwaway key; the processes it starts may not.
+    if (weakness := secret_key_weakness(SECRET_KEY)) and "pytest" not in sys.modules:
+        raise ImproperlyConfigured(
+            f"DJANGO_SECRET_KEY is too weak to run with DEBUG off: {weakness}. Generate one "
+            'with: python -c "import secrets; print(secrets.token_urlsafe(50))"'
+        )
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+# --- HTTPS and browser protections (README, "Security settings") ----------------------
+# Served over HTTPS (directly or behind a TLS-terminating proxy): redirect plain HTTP,
+# secure cookies, HSTS. Off by default, and always in embedded mode (./bin/run serves
+# http://127.0.0.1:8000, whatever a .env written for docker compose says).
+BEHIND_HTTPS = env.bool("TEMPO_BEHIND_HTTPS", default=False) and not EMBEDDED
+SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=BEHIND_HTTPS)
+# Paths (regexes, no leading slash) still answered over plain HTTP, e.g. ^metrics$.
+SECURE_REDIRECT_EXEMPT = env.list("DJANGO_SECURE_REDIRECT_EXEMPT", default=[])
+SESSION_COOKIE_SECURE = env.bool("DJANGO_SESSION_COOKIE_SECURE", default=BEHIND_HTTPS)
+CSRF_COOKIE_SECURE = env.bool("DJANGO_CSRF_COOKIE_SECURE", default=BEHIND_HTTPS)
+SECURE_HSTS_SECONDS = env.int(
+    "DJANGO_SECURE_HSTS_SECONDS", default=365 * 24 * 3600 if BEHIND_HTTPS else 0
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool(
+    "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=BEHIND_HTTPS
+)
+# Consent to the browsers' HSTS preload list (hstspreload.org; listing needs a submission).
+SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=BEHIND_HTTPS)
+# Only when the proxy in front sets X-Forwarded-Proto itself (and drops the client's):
+# then a request it received over HTTPS counts as secure here. Without a proxy that does,
+# a client could claim HTTPS; without this setting behind one, SSL redirects would loop.
+if env.bool("TEMPO_TRUST_PROXY_SSL_HEADER", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Trusted proxies in front that append the client's address to X-Forwarded-For (0: use
+# the connection's address). Login lockout and API throttling key on that address.
+TEMPO_PROXY_COUNT = env.int("TEMPO_PROXY_COUNT", default=0)
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = env.str("DJANGO_SECURE_REFERRER_POLICY", default="same-origin")
+SESSION_COOKIE_HTTPONLY = True
+# django-csp: no inline script or style (templates/ and static/ keep to that).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "frame-ancestors": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+    }
+}
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -34,6 +104,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "tasksapp",
+    "csp",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -45,6 +117,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last: answers a locked-out login with the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "schedapp.urls"
@@ -80,6 +155,21 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# django-axes first: it refuses a locked-out login before any password is checked. It
+# needs the request, so authenticate(request, ...) only (tests: client.force_login).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Login lockout (dashboard and admin): after this many failures for one user name from
+# one address, that pair is locked for the cool-off; others can still log in.
+AXES_FAILURE_LIMIT = env.int("TEMPO_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = dt.timedelta(minutes=env.float("TEMPO_LOGIN_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "schedapp.security.client_ip"
+AXES_LOCKOUT_CALLABLE = "schedapp.security.lockout_response"
+AXES_VERBOSE = False  # no start-up banner in every process's log
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
@@ -105,6 +195,17 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "tasksapp.web.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    # Per user (whichever token or session) and per anonymous address; over the rate:
+    # 429 {"detail": ...} with Retry-After. The counts live in the cache (CACHES).
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.AnonRateThrottle",
+        "rest_framework.throttling.UserRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": env.str("TEMPO_API_RATE_USER", default="600/minute"),
+        "anon": env.str("TEMPO_API_RATE_ANON", default="60/minute"),
+    },
+    "NUM_PROXIES": TEMPO_PROXY_COUNT,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Tempo API",
@@ -112,6 +213,7 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "PREPROCESSING_HOOKS": ["schedapp.schema.api_endpoints_only"],
 }
 
 LOGGING = {
@@ -147,6 +249,22 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = TIME_ZONE
+
+# --- Cache (API throttle counts) -----------------------------------------------------
+# Shared by every web process: CACHE_URL (django-environ: redis://, locmemcache://, ...),
+# else the Redis broker's database, else (embedded mode) each process's own memory.
+if env.str("CACHE_URL", default=""):
+    CACHES = {"default": env.cache_url("CACHE_URL")}
+elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": CELERY_BROKER_URL,
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+CACHES["default"].setdefault("KEY_PREFIX", env.str("TEMPO_CACHE_KEY_PREFIX", default="tempo"))
 
 # --- The scheduler ------------------------------------------------------------------
 TEMPO = {

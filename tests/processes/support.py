@@ -55,7 +55,7 @@ class Cluster:
             "DATABASE_URL": database_url,
             "CELERY_BROKER_URL": broker_url,
             "TEMPO_QUEUE": queue,
-            "DJANGO_SECRET_KEY": "test-only-secret",
+            "DJANGO_SECRET_KEY": "test-only-" * 6,
             "PYTHONPATH": str(ROOT),
             "TEMPO_COORDINATION_SECONDS": "0.5",
             "TEMPO_CLAIM_TTL_SECONDS": "4",
@@ -256,7 +256,7 @@ def _pings(client) -> bool:
 
 
 def migrate(database_url: str) -> None:
-    env = {**os.environ, "DATABASE_URL": database_url, "DJANGO_SECRET_KEY": "test-only-secret"}
+    env = {**os.environ, "DATABASE_URL": database_url, "DJANGO_SECRET_KEY": "test-only-" * 6}
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
 
 
