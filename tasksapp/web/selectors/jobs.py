@@ -15,15 +15,21 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import Case, F, JSONField, Q, QuerySet, TextField, Value, When
+from django.db.models.functions import Cast, Length
 
+from tasksapp.engine.jsonvalues import safe_json
 from tasksapp.engine.models import Job, JobState
 from tasksapp.graphs.selectors import GraphView, graph_run_get, graph_run_id_for_job
 from tasksapp.recurring.models import Member, RecurringTask, SlicePlan
 from tasksapp.recurring.services import job_key_prefix
 
 PAGE_SIZE = 50
-MAX_PAGE_SIZE = 500
+MAX_PAGE_SIZE = 200
+MAX_CURSOR_CHARS = 200
+MAX_ID = 2**63 - 1
+# JSON columns a list page may leave unloaded when they are large (json_inline_chars).
+LARGE_JSON = ("payload", "result", "errors")
 MEMBER_PLANS = 400  # a member filter looks at this many of the latest slice plans
 LIST_FIELDS = (
     "id",
@@ -71,14 +77,21 @@ def cursor_encode(job: Job) -> str:
 
 
 def cursor_decode(cursor: str) -> tuple[dt.datetime, int]:
+    """The (run_at, id) a cursor stands for; JobFilterError for anything else, however
+    it was made (any text may come in as a cursor)."""
     try:
+        if len(cursor) > MAX_CURSOR_CHARS or not cursor.isascii():
+            raise ValueError("not a cursor")
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         when, job_id = raw.split("|")
         run_at = dt.datetime.fromisoformat(when)
         if run_at.tzinfo is None:
             raise ValueError("naive")
+        run_at = run_at.astimezone(dt.UTC)  # the database compares in UTC: must exist there
+        if not job_id.isascii() or not job_id.isdigit() or not 0 < int(job_id) <= MAX_ID:
+            raise ValueError("not an id")
         return run_at, int(job_id)
-    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+    except (ValueError, OverflowError, UnicodeDecodeError, binascii.Error) as exc:
         raise JobFilterError(ERR_CURSOR) from exc
 
 
@@ -124,9 +137,14 @@ def job_page(
     cursor: str | None = None,
     limit: int = PAGE_SIZE,
     columns: tuple[str, ...] | None = LIST_FIELDS,
+    json_inline_chars: int | None = None,
 ) -> JobPage:
     """One page of jobs matching `filters`, latest run time first, after `cursor`; only
-    `columns` are loaded (None: all of them)."""
+    `columns` are loaded (None: all of them). At most MAX_PAGE_SIZE rows.
+
+    With `json_inline_chars`, a job's payload, result or errors longer than that as JSON
+    text is not read from the database: it is None on the job and its name is in the
+    job's `omitted_json` (so a page of jobs with megabyte payloads stays small)."""
     limit = max(1, min(limit, MAX_PAGE_SIZE))
     jobs = _filtered(filters)
     if cursor:
@@ -135,14 +153,51 @@ def job_page(
         jobs = jobs.filter(Q(run_at__lt=run_at) | Q(id__lt=job_id), run_at__lte=run_at)
     if columns is not None:
         jobs = jobs.only(*columns)
+    if json_inline_chars is not None:
+        jobs = _large_json_left_out(jobs, json_inline_chars)
     rows = list(jobs.order_by("-run_at", "-id")[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
+    if json_inline_chars is not None:
+        for job in rows:
+            _inline_json(job, json_inline_chars)
     return JobPage(rows, cursor_encode(rows[-1]) if more and rows else None, filters)
 
 
+def _large_json_left_out(jobs: QuerySet[Job], chars: int) -> QuerySet[Job]:
+    """Each large JSON column read only when short: `<name>_inline` (the value, or NULL
+    when longer than `chars`) and `<name>_chars` (its length), the column deferred."""
+    annotations = {}
+    for name in LARGE_JSON:
+        length = Length(Cast(name, output_field=TextField()))
+        annotations[f"{name}_chars"] = length
+        annotations[f"{name}_inline"] = Case(
+            When(**{f"{name}_chars__lte": chars}, then=F(name)),
+            default=Value(None),
+            output_field=JSONField(),
+        )
+    return jobs.annotate(**annotations).defer(*LARGE_JSON)
+
+
+def _inline_json(job: Job, chars: int) -> None:
+    omitted = []
+    for name in LARGE_JSON:
+        length = getattr(job, f"{name}_chars")
+        if length is not None and length > chars:
+            omitted.append(name)
+        setattr(job, name, getattr(job, f"{name}_inline"))
+    job.omitted_json = tuple(omitted)
+
+
 def job_get(*, job_id: int) -> Job | None:
-    return Job.objects.filter(id=job_id).first()
+    """The job, its JSON columns readable whatever a row stored before the JSON checks
+    holds (a lone surrogate becomes U+FFFD: the page can always be encoded)."""
+    job = Job.objects.filter(id=job_id).first()
+    if job is not None:
+        for name in ("payload", "result", "errors", "retry_policy"):
+            setattr(job, name, safe_json(getattr(job, name)))
+        job.last_error = safe_json(job.last_error)
+    return job
 
 
 # --- one job's timeline -------------------------------------------------------------------
