@@ -4,7 +4,7 @@ access.py), one audited service, then back to the page with a message."""
 
 from __future__ import annotations
 
-import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -12,7 +12,6 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
@@ -23,6 +22,7 @@ from tasksapp.recurring.selectors.plans import (
     recurring_task_list,
     recurring_task_plan,
 )
+from tasksapp.web.dashboard import query as params
 from tasksapp.web.dashboard.access import operator_required, viewer_required
 from tasksapp.web.models import OperatorAction
 from tasksapp.web.operators import (
@@ -56,10 +56,8 @@ TASK_ACTIONS = {
     "resume": (recurring_task_resume_audited, "{changed.name} resumed."),
 }
 AUDIT_PAGE = 100
-ERR_FILTER_TIME = "{field}: not a date and time (use YYYY-MM-DD HH:MM, UTC)."
 ERR_FILTER_TASK = "task: no recurring task with id {value}."
 ERR_FILTER_MEMBER = "member: no member with external id {value!r}."
-ERR_PERIOD = "period must be a whole number."
 
 
 def _can_operate(request: HttpRequest) -> bool:
@@ -102,14 +100,11 @@ def recurring_list(request: HttpRequest) -> HttpResponse:
 @require_GET
 def recurring_detail(request: HttpRequest, task_id: int) -> HttpResponse:
     task = get_object_or_404(RecurringTask, id=task_id)
-    period = None
-    if request.GET.get("period"):
-        try:
-            period = int(request.GET["period"])
-        except ValueError:
-            messages.error(request, ERR_PERIOD)
+    errors: list[str] = []
+    period = _checked(errors, params.plan_period, request.GET, task)
+    external_id = _checked(errors, params.text, request.GET, "member") or ""
+    _show(request, errors)
     view = recurring_task_plan(task=task, period=period)
-    external_id = request.GET.get("member", "").strip()
     member, runs = (
         member_runs_for_task(task=task, external_id=external_id) if external_id else (None, [])
     )
@@ -122,7 +117,7 @@ def recurring_detail(request: HttpRequest, task_id: int) -> HttpResponse:
         "member_runs": runs,
         "can_operate": _can_operate(request),
     }
-    return render(request, "dashboard/recurring_detail.html", context)
+    return render(request, "dashboard/recurring_detail.html", context, status=_status(errors))
 
 
 def _plan_chart(view) -> dict[str, Any]:
@@ -150,37 +145,45 @@ def _plan_chart(view) -> dict[str, Any]:
     }
 
 
-def _parse_time(request: HttpRequest, field: str, errors: list[str]) -> dt.datetime | None:
-    raw = request.GET.get(field, "").strip()
-    if not raw:
-        return None
+def _checked(errors: list[str], read: Callable[..., Any], *args: Any) -> Any:
+    """A query parameter read by `read` (tasksapp/web/dashboard/query.py); when it is
+    refused, its message goes to `errors` and None comes back."""
     try:
-        value = dt.datetime.fromisoformat(raw)
-    except ValueError:
-        errors.append(ERR_FILTER_TIME.format(field=field))
+        return read(*args)
+    except params.BadQuery as exc:
+        errors.append(str(exc))
         return None
-    return timezone.make_aware(value, dt.UTC) if timezone.is_naive(value) else value
+
+
+def _show(request: HttpRequest, errors: list[str]) -> None:
+    for error in errors:
+        messages.error(request, error)
+
+
+def _status(errors: list[str]) -> int:
+    """A page whose query had a refused parameter answers 400 (shown without it)."""
+    return 400 if errors else 200
 
 
 def _job_filters(request: HttpRequest, errors: list[str]) -> JobFilters:
     task = member = None
-    task_id = request.GET.get("task", "").strip()
-    if task_id:
-        task = RecurringTask.objects.filter(id=task_id).first() if task_id.isdigit() else None
+    task_id = _checked(errors, params.whole, request.GET, "task")
+    if task_id is not None:
+        task = RecurringTask.objects.filter(id=task_id).first()
         if task is None:
             errors.append(ERR_FILTER_TASK.format(value=task_id))
-    external_id = request.GET.get("member", "").strip()
+    external_id = _checked(errors, params.text, request.GET, "member")
     if external_id:
         member = Member.objects.filter(external_id=external_id).first()
         if member is None:
             errors.append(ERR_FILTER_MEMBER.format(value=external_id))
     return JobFilters(
-        state=request.GET.get("state") or None,
-        handler=request.GET.get("handler", "").strip() or None,
+        state=_checked(errors, params.text, request.GET, "state") or None,
+        handler=_checked(errors, params.text, request.GET, "handler") or None,
         task=task,
         member=member,
-        run_at_from=_parse_time(request, "run_at_from", errors),
-        run_at_to=_parse_time(request, "run_at_to", errors),
+        run_at_from=_checked(errors, params.time, request.GET, "run_at_from"),
+        run_at_to=_checked(errors, params.time, request.GET, "run_at_to"),
     )
 
 
@@ -190,10 +193,11 @@ def _job_filters(request: HttpRequest, errors: list[str]) -> JobFilters:
 def job_list(request: HttpRequest) -> HttpResponse:
     errors: list[str] = []
     filters = _job_filters(request, errors)
+    cursor = _checked(errors, params.text, request.GET, "cursor")
     page = None
     if not errors:
         try:
-            page = job_page(filters=filters, cursor=request.GET.get("cursor") or None)
+            page = job_page(filters=filters, cursor=cursor or None)
         except JobFilterError as exc:
             errors.append(str(exc))
     query = request.GET.copy()
@@ -208,7 +212,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "can_operate": _can_operate(request),
         "filtered": any(request.GET.get(k) for k in request.GET if k != "cursor"),
     }
-    return render(request, "dashboard/job_list.html", context)
+    return render(request, "dashboard/job_list.html", context, status=_status(errors))
 
 
 @login_required
@@ -274,11 +278,14 @@ def task_action(request: HttpRequest, task_id: int, action: str) -> HttpResponse
 @require_GET
 def audit_list(request: HttpRequest) -> HttpResponse:
     actions = OperatorAction.objects.order_by("-id")
-    before = request.GET.get("before", "")
-    if before.isdigit():
-        actions = actions.filter(id__lt=int(before))
+    errors: list[str] = []
+    before = _checked(errors, params.whole, request.GET, "before")
+    _show(request, errors)
+    if before is not None:
+        actions = actions.filter(id__lt=before)
     rows = list(actions[: AUDIT_PAGE + 1])
     more = len(rows) > AUDIT_PAGE
     rows = rows[:AUDIT_PAGE]
     next_before = rows[-1].id if more and rows else None
-    return render(request, "dashboard/audit.html", {"rows": rows, "next_before": next_before})
+    context = {"rows": rows, "next_before": next_before}
+    return render(request, "dashboard/audit.html", context, status=_status(errors))
