@@ -276,7 +276,10 @@ def test_viewer_is_refused(browser, live_server, viewer, shots):
     wait(browser, lambda d: "Not allowed" in d.page_source)
     shots(browser, "08-viewer-refused")
     assert Job.objects.get(id=job.id).state == JobState.SCHEDULED
-    assert not OperatorAction.objects.exists()
+    # Nothing done; the attempt is recorded.
+    assert list(OperatorAction.objects.values_list("action", "username")) == [
+        ("denied:cancel", "vera")
+    ]
 
 
 def test_graph_job_page(browser, live_server, viewer, shots):
