@@ -9,3 +9,7 @@ os.environ.setdefault(
     "tasksapp.demo.handlers,tasksapp.recurring.handlers,"
     "tests.handlers.recording,bench.practice.handlers",
 )
+
+# A key the settings accept outside DEBUG (50+ characters, not a published one); benches
+# sign nothing that outlives them.
+os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-key-" * 4)

@@ -32,7 +32,7 @@ class BenchDatabase:
         with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.name}"')
         if self.migrate:
-            env = {**os.environ, "DATABASE_URL": self.url, "DJANGO_SECRET_KEY": "bench"}
+            env = {**os.environ, "DATABASE_URL": self.url}  # the key: bench/__init__.py
             subprocess.run(
                 [sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True
             )

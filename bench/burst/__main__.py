@@ -134,7 +134,6 @@ def tempo_burst(args, n: int, delivery: str) -> dict:
 def raw_celery(args, n: int) -> dict:
     """Publish n no-op tasks (one message each) and time until the last one ran."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "schedapp.settings")
-    os.environ.setdefault("DJANGO_SECRET_KEY", "bench")
     os.environ["CELERY_BROKER_URL"] = BROKER_URL
     import django
 

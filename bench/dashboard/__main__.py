@@ -329,7 +329,6 @@ def main() -> None:
     args = parse()
     with BenchDatabase("tempo_bench_dash") as db, db.connect() as conn:
         os.environ["DATABASE_URL"] = db.url
-        os.environ.setdefault("DJANGO_SECRET_KEY", "bench")
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "schedapp.settings")
         import django
         from django.db import connections

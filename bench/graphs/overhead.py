@@ -61,7 +61,7 @@ def setup_django(database_url: str) -> None:
     """This process schedules the graphs through the service, on the bench's database."""
     os.environ.update(
         DATABASE_URL=database_url,
-        DJANGO_SECRET_KEY="bench",
+        DJANGO_SECRET_KEY=os.environ["DJANGO_SECRET_KEY"],
         TEMPO_GRAPH_TASK_MODULES=TASK_MODULES,
         DJANGO_SETTINGS_MODULE="schedapp.settings",
     )

@@ -155,7 +155,6 @@ def time_member_ops(size: int) -> dict:
 def planning_costs(args) -> tuple[list[dict], list[dict], list[dict]]:
     with BenchDatabase("tempo_bench_planning") as db, db.connect() as conn:
         os.environ["DATABASE_URL"] = db.url
-        os.environ.setdefault("DJANGO_SECRET_KEY", "bench")
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "schedapp.settings")
         import django
         from django.db import connections

@@ -27,7 +27,6 @@ def parse() -> argparse.Namespace:
 
 def setup_django(database_url: str) -> None:
     os.environ["DATABASE_URL"] = database_url
-    os.environ.setdefault("DJANGO_SECRET_KEY", "bench")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "schedapp.settings")
     import django
 
