@@ -48,3 +48,17 @@ def test_the_command_lists_handlers_and_fails_on_unregistered_ones(capsys):
     stored_with(GHOST)
     with pytest.raises(CommandError, match="1 waiting jobs name 1 unregistered handlers"):
         call_command("handlers")
+
+
+def test_migrate_on_an_empty_database_passes_the_check(tmp_path):
+    """`migrate` runs the database checks before it creates the jobs table."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'fresh.sqlite3'}"}
+    env["DJANGO_SECRET_KEY"] = "checks-test-" * 5
+    done = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v0"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
