@@ -11,9 +11,10 @@ from tasksapp.engine.models import (
 )
 from tasksapp.graphs.models import GraphRun, GraphState, Strategy, TaskRun, TaskState
 from tasksapp.recurring.models import FreeOrdinal, Member, RecurringTask, SlicePlan
-from tasksapp.web.models import OperatorAction
+from tasksapp.web.models import ApiToken, OperatorAction
 
 __all__ = [
+    "ApiToken",
     "Delivery",
     "Dispatcher",
     "DispatcherCounter",
