@@ -245,6 +245,11 @@ MATRIX: list[Row] = [
         {"task_id": "task", "member_id": "member"},
     ),
     Row("api:schema", "GET", "view", API_READ),
+    # Any other address under /api/: a JSON 404 for everyone, nothing to refuse.
+    *[
+        Row("api:not-found", method, "", statuses(404, 404, 404, 404, 404))
+        for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
+    ],
     Row("metrics", "GET", "view", API_READ),
     # --- the admin's operator actions ---------------------------------------------------
     _admin("job", "retry_jobs", "@dead_job", "retry"),

@@ -1,7 +1,8 @@
-from django.urls import path
+from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
 from . import views
+from .errors import api_not_found
 from .permissions import ViewOrOperate
 
 app_name = "api"
@@ -43,4 +44,6 @@ urlpatterns = [
     ),
     # The schema describes every endpoint: for the viewer role, like the API's reads.
     path("schema/", SpectacularAPIView.as_view(permission_classes=[ViewOrOperate]), name="schema"),
+    # Last: any other address under /api/ is a JSON 404, like every other API answer.
+    re_path(r"^.*$", api_not_found, name="not-found"),
 ]

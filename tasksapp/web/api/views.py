@@ -90,7 +90,11 @@ class JobListView(APIView):
             run_at_to=query.get("run_at_to"),
         )
         page = job_page(
-            filters=filters, cursor=query.get("cursor"), limit=query["limit"], columns=None
+            filters=filters,
+            cursor=query.get("cursor"),
+            limit=query["limit"],
+            columns=None,
+            json_inline_chars=s.LIST_JSON_CHARS,  # large JSON is not even read
         )
         return Response(
             {"results": s.JobSerializer(page.jobs, many=True).data, "next": page.next_cursor}
