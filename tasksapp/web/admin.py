@@ -11,7 +11,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.urls import reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
@@ -34,6 +34,7 @@ from tasksapp.recurring.services import (
     recurring_task_create,
     recurring_task_update,
 )
+from tasksapp.web.forms import GuardedJSONField
 from tasksapp.web.models import ApiToken, OperatorAction
 from tasksapp.web.operators import (
     ACTION_REFUSALS,
@@ -245,6 +246,7 @@ class JobAdmin(OperateMixin, admin.ModelAdmin):
     deleted by hand (cancel them)."""
 
     form = JobScheduleForm
+    formfield_overrides = {models.JSONField: {"form_class": GuardedJSONField}}
     list_display = [
         "id",
         "handler",
@@ -403,6 +405,7 @@ class RecurringTaskForm(forms.ModelForm):
 @admin.register(RecurringTask)
 class RecurringTaskAdmin(OperateMixin, admin.ModelAdmin):
     form = RecurringTaskForm
+    formfield_overrides = {models.JSONField: {"form_class": GuardedJSONField}}
     list_display = ["name", "handler", "period", "slices", "active", "next_from", "dashboard"]
     list_filter = ["active"]
     search_fields = ["name", "handler"]

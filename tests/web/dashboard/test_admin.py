@@ -247,3 +247,31 @@ def test_recurring_task_admin_actions(admin_client):
 def test_beat_admin_shows_the_planner_schedule(admin_client):
     url = reverse("admin:django_celery_beat_periodictask_changelist")
     assert "tempo: plan due slices" in admin_client.get(url).content.decode()
+
+
+@pytest.mark.parametrize(
+    "payload",
+    ["[" * 100_000 + "]" * 100_000, "1" * 5000, '{"a": "\\u0000"}', '{"s": "\\ud800"}'],
+    ids=["deep", "long-integer", "nul", "surrogate"],
+)
+def test_hostile_json_in_an_admin_form_is_a_form_error(admin_client, payload):
+    response = admin_client.post(reverse("admin:tasksapp_job_add"), _job_form(payload=payload))
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/tasksapp/job/?state__exact=%00",
+        "/admin/tasksapp/job/?q=%00",
+        "/admin/tasksapp/member/?q=a%00b",
+        "/?x=%00",
+        "/api/jobs/?handler=%00",
+    ],
+)
+def test_a_nul_in_the_query_string_is_a_400_everywhere(admin_client, url):
+    response = admin_client.get(url)
+    assert response.status_code == 400
+    assert "NUL" in response.content.decode()
