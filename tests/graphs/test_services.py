@@ -412,3 +412,19 @@ def test_load_graph_demo_schedules_friends_and_suggestions_jobs_once(calls):
         (["suggestions"], "rollback"),
     ]
     assert out.getvalue().splitlines()[1].endswith("0 new, starting over the next 5 s")
+
+
+@pytest.mark.parametrize(
+    ("has", "text"),
+    [
+        ({"seed": "a\x00b"}, "NUL character"),
+        ({"seed": "\ud800"}, "lone surrogate"),
+        ({"seed": 2**60}, "has "),
+        ({"seed": float("nan")}, "has "),
+    ],
+    ids=["nul", "surrogate", "huge-int", "nan"],
+)
+def test_a_has_the_jobs_table_cannot_store_is_refused(has, text):
+    with pytest.raises(GraphInputError, match=text):
+        graph_job_schedule(has=has, wants=["d"])
+    assert not GraphRun.objects.exists()

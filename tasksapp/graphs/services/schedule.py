@@ -4,13 +4,13 @@ transaction. No plan (or any bad input) raises GraphInputError and stores nothin
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from tasksapp.engine.jsonvalues import JsonValueError, checked_json
 from tasksapp.engine.models import Delivery
 from tasksapp.engine.options import JobOptionsError, validated_retry_policy
 from tasksapp.engine.services import (
@@ -18,13 +18,13 @@ from tasksapp.engine.services import (
     IdempotencyConflict,
     job_schedule_or_get,
 )
+from tasksapp.engine.settings import tempo_settings
 from tasksapp.graphs.models import GraphRun, Strategy
 from tasksapp.graphs.planner import PlanningError, graph_plan
 
 from .common import START_HANDLER, GraphInputError
 
 ERR_HAS = "has must be an object of the job's initial values by proposition name."
-ERR_HAS_JSON = "has must be JSON-serialisable: {reason}"
 ERR_WANTS = "wants must be a non-empty list of proposition names."
 ERR_STRATEGY = "strategy must be one of: {choices}."
 ERR_BOUND = "{field} must be an integer between {low} and {high}."
@@ -37,10 +37,17 @@ START_POLICY = {"delays": [0.5, 1.0, 2.0, 5.0]}
 def _validated_has(has: Any) -> dict[str, Any]:
     if not isinstance(has, Mapping) or not all(isinstance(key, str) for key in has):
         raise GraphInputError(ERR_HAS)
+    limits = tempo_settings()
     try:
-        return json.loads(json.dumps(dict(has), allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise GraphInputError(ERR_HAS_JSON.format(reason=exc)) from exc
+        return checked_json(
+            dict(has),
+            what="has",
+            max_bytes=limits.max_payload_bytes,
+            max_depth=limits.max_json_depth,
+            limit_name="TEMPO_MAX_PAYLOAD_BYTES",
+        )
+    except JsonValueError as exc:
+        raise GraphInputError(str(exc)) from exc
 
 
 def _validated_wants(wants: Any) -> list[str]:
