@@ -86,9 +86,15 @@ def shots(tmp_path):
 
 
 def wait(driver, condition, timeout: float = 10.0):
+    """Wait for `condition`; an element replaced by the page's live refresh while it was
+    read (stale) is read again at the next poll."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
+    ignored = (StaleElementReferenceException,)
+    return WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=ignored).until(
+        condition
+    )
 
 
 def login(driver, live_server, username: str) -> None:
@@ -166,10 +172,12 @@ def test_login_and_live_overview(browser, live_server, viewer, shots):
     assert "/login/" in browser.current_url
     shots(browser, "01-login")
     login(browser, live_server, "vera")
-    tiles = {
-        t.get_attribute("data-state"): t.text
-        for t in browser.find_elements(By.CSS_SELECTOR, ".tile")
-    }
+    tiles = wait(
+        browser,
+        lambda d: {
+            t.get_attribute("data-state"): t.text for t in d.find_elements(By.CSS_SELECTOR, ".tile")
+        },
+    )
     assert tiles["scheduled"].startswith("120")
     assert "dispatcher-1" in browser.page_source and "worker-b" in browser.page_source
     wait(browser, lambda d: d.execute_script("return Object.keys(Chart.instances).length") == 2)
