@@ -1,5 +1,6 @@
 """Phase strategies and load profiles: pure, no database."""
 
+import heapq
 import math
 import random
 
@@ -80,19 +81,43 @@ def test_golden_is_much_more_even_than_random_per_second_of_a_day():
     assert phases.peak_to_mean(uniform) > 3.5
 
 
+def _evenness(ordinals, buckets=1_000):
+    return phases.peak_to_mean(
+        phases.load_profile(map(phases.golden_phase, ordinals), buckets=buckets)
+    )
+
+
 def test_reusing_freed_ordinals_restores_evenness_after_churn():
-    """Delete 30 % at random and create as many: reusing the freed ordinals gives back
-    exactly the original prefix; appending new ordinals leaves the holes."""
-    members, buckets = 50_000, 1_000
+    """Five rounds of churn (10 % deleted at random, as many created). A new member takes
+    the lowest freed ordinal (as `member_create` does): the ordinals in use end as exactly
+    the original prefix, as even as before. Appending new ordinals leaves the holes."""
+    members = 50_000
+    rng = random.Random(3)
+    reused, freed = set(range(members)), []
+    appended, next_ordinal = set(range(members)), members
+    for _ in range(5):
+        for ordinal in rng.sample(sorted(reused), members // 10):
+            reused.remove(ordinal)
+            heapq.heappush(freed, ordinal)
+        appended -= set(rng.sample(sorted(appended), members // 10))
+        for _ in range(members // 10):
+            reused.add(heapq.heappop(freed))
+            appended.add(next_ordinal)
+            next_ordinal += 1
+
+    assert reused == set(range(members)) and not freed
+    assert _evenness(reused) < 1.05
+    assert _evenness(appended) > 1.2
+
+
+def test_reusing_the_lowest_freed_ordinals_first_is_more_even_than_appending():
+    """30 % deleted, half as many created: the lowest freed ordinals fill the prefix."""
+    members = 50_000
     rng = random.Random(3)
     removed = set(rng.sample(range(members), members * 3 // 10))
     alive = set(range(members)) - removed
-    without_reuse = alive | set(range(members, members + len(removed)))
-
-    def evenness(ordinals):
-        return phases.peak_to_mean(
-            phases.load_profile(map(phases.golden_phase, ordinals), buckets=buckets)
-        )
-
-    assert evenness(alive | removed) == evenness(range(members)) < 1.05
-    assert evenness(without_reuse) > 1.1
+    created = len(removed) // 2
+    lowest_first = alive | set(sorted(removed)[:created])
+    appended = alive | set(range(members, members + created))
+    assert _evenness(lowest_first) < _evenness(appended) - 0.05
+    assert _evenness(lowest_first) < _evenness(alive)
