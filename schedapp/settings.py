@@ -151,6 +151,32 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A peer that vanished behind a silent network (no FIN, no RST) is noticed on both
+    # sides: libpq's keepalives and TCP user timeout end this process's connection, and
+    # the same settings sent to the server end its backend, releasing the session's
+    # advisory locks (a dispatcher's partitions) instead of holding them for hours.
+    _idle = env.int("TEMPO_DB_KEEPALIVE_IDLE_SECONDS", default=10)
+    _interval = env.int("TEMPO_DB_KEEPALIVE_INTERVAL_SECONDS", default=5)
+    _count = env.int("TEMPO_DB_KEEPALIVE_COUNT", default=3)
+    _user_timeout_ms = env.int("TEMPO_DB_TCP_USER_TIMEOUT_MS", default=30_000)
+    _options = DATABASES["default"].setdefault("OPTIONS", {})
+    _options.update(
+        {
+            "keepalives": 1,
+            "keepalives_idle": _idle,
+            "keepalives_interval": _interval,
+            "keepalives_count": _count,
+            "tcp_user_timeout": _user_timeout_ms,
+        }
+    )
+    # Sent as startup options; a pooler that refuses them (PgBouncer without
+    # `ignore_startup_parameters = options`) needs TEMPO_DB_SERVER_KEEPALIVES=false.
+    if env.bool("TEMPO_DB_SERVER_KEEPALIVES", default=True):
+        _options["options"] = (
+            f"-c tcp_keepalives_idle={_idle} -c tcp_keepalives_interval={_interval}"
+            f" -c tcp_keepalives_count={_count} -c tcp_user_timeout={_user_timeout_ms}"
+        )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -284,6 +310,10 @@ TEMPO = {
     "CLAIM_TTL_SECONDS": env.float("TEMPO_CLAIM_TTL_SECONDS", default=10.0),
     # A running job's lease; the worker renews it every third of it.
     "RUN_LEASE_SECONDS": env.float("TEMPO_RUN_LEASE_SECONDS", default=6.0),
+    # Time limit of an attempt whose job sets none (seconds from the handler's begin). At
+    # the limit the lease is no longer renewed and the attempt fails; in a prefork worker
+    # the child process running the handler is ended (docs/ARCHITECTURE.md, workers).
+    "DEFAULT_TIME_LIMIT_SECONDS": env.float("TEMPO_DEFAULT_TIME_LIMIT_SECONDS", default=300.0),
     # Most job ids in one broker message, and how many messages a due batch is split into.
     "MAX_BATCH": env.int("TEMPO_MAX_BATCH", default=250),
     "FANOUT": env.int("TEMPO_FANOUT", default=32),

@@ -156,9 +156,13 @@ def _as_postgres(args: list[str]) -> list[str]:
 class PrivatePostgres:
     """A PostgreSQL server of the test's own, on its own port, so it can be restarted."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, listen_addresses: str = "127.0.0.1", trusted_network: str | None = None
+    ) -> None:
         # Not under pytest's tmp_path: its parents are private to root, and the server
         # must run as the postgres user when the tests run as root.
+        self.listen_addresses = listen_addresses
+        self.trusted_network = trusted_network  # another network allowed in (trust)
         self.root = Path(tempfile.mkdtemp(prefix="tempo-pg-"))
         self.dir = self.root / "pgdata"
         self.port = free_port()
@@ -182,6 +186,9 @@ class PrivatePostgres:
             "-E",
             "UTF8",
         )
+        if self.trusted_network:
+            with open(self.dir / "pg_hba.conf", "a") as hba:
+                hba.write(f"host all all {self.trusted_network} trust\n")
         self._pg_ctl("start")
         with psycopg.connect(
             f"postgres://postgres@127.0.0.1:{self.port}/postgres", autocommit=True
@@ -190,7 +197,7 @@ class PrivatePostgres:
         return self
 
     def _pg_ctl(self, action: str, *extra: str) -> None:
-        options = f"-p {self.port} -k /tmp -c listen_addresses=127.0.0.1 -c fsync=off"
+        options = f"-p {self.port} -k /tmp -c listen_addresses={self.listen_addresses} -c fsync=off"
         self._run(
             str(PG_BIN / "pg_ctl"),
             "-D",
