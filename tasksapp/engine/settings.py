@@ -33,6 +33,7 @@ class TempoSettings:
     dispatch_lead_ms: int
     claim_ttl_seconds: float
     run_lease_seconds: float
+    default_time_limit_seconds: float
     max_batch: int
     fanout: int
     batch_parallelism: int
@@ -52,6 +53,8 @@ class TempoSettings:
     max_json_depth: int
 
     def __post_init__(self) -> None:
+        if not self.default_time_limit_seconds > 0:
+            raise ValueError("TEMPO_DEFAULT_TIME_LIMIT_SECONDS must be a positive number")
         if self.dispatch_mode not in DISPATCH_MODES:
             raise ValueError(
                 f"TEMPO_DISPATCH_MODE must be database or redis, not {self.dispatch_mode!r}"

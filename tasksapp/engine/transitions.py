@@ -36,6 +36,7 @@ __all__ = [
     "job_fail",
     "job_poll_due",
     "job_reap_expired",
+    "job_release",
     "job_renew",
     "job_start",
     "job_succeed",
@@ -114,6 +115,14 @@ def job_fail(
     state = JobState.DEAD if retry_in is None else JobState.FAILED
     attempt = FailedAttempt(job_id, token, state, error[:ERROR_MAX_CHARS], kind, retry_in, began_ms)
     return job_store().fail(attempt)
+
+
+def job_release(*, leases: Sequence[tuple[int, int]]) -> int:
+    """running → scheduled for jobs (id, token) whose handler never began (their worker
+    process must end first): due again at once, the attempt not counted."""
+    if not leases:
+        return 0
+    return job_store().release(leases=leases)
 
 
 def job_renew(*, leases: Sequence[tuple[int, int]], ttl: float) -> int:

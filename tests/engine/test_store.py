@@ -143,6 +143,17 @@ def test_a_renewal_extends_only_current_leases(store):
     assert job.lease_expires_at > timezone.now() + dt.timedelta(seconds=50)
 
 
+def test_a_release_hands_a_started_job_back_without_counting_the_attempt(store):
+    job = JobFactory()
+    started = running(store, job, ttl=60)
+    assert store.release(leases=[(job.id, started.token - 1)]) == 0
+    assert store.release(leases=[(job.id, started.token)]) == 1
+    job.refresh_from_db()
+    assert (job.state, job.attempts, job.claimed_by) == (JobState.SCHEDULED, 0, "")
+    assert job.started_at is None and job.lease_expires_at is None
+    assert store.release(leases=[(job.id, started.token)]) == 0  # no longer running
+
+
 def test_the_reaper_returns_a_claimed_job_and_reports_the_next_expiry(store):
     lost, waiting = JobFactory(), JobFactory()
     claimed(store, lost)

@@ -61,6 +61,11 @@ class JobStore(Protocol):
         """Extend the leases of running jobs still held by (id, token)."""
         ...
 
+    def release(self, *, leases: Sequence[tuple[int, int]]) -> int:
+        """Running jobs (id, token) whose handler never began → scheduled, the start's
+        attempt given back."""
+        ...
+
     def database_time(self) -> rows.DatabaseTime:
         """One round trip's lower bound of the database clock."""
         ...

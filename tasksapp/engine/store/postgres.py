@@ -173,6 +173,12 @@ class PostgresJobStore(InsertsBySource):
             )
             return cursor.rowcount
 
+    def release(self, *, leases: Sequence[tuple[int, int]]) -> int:
+        ids, tokens = zip(*leases, strict=True)
+        with _cursor() as cursor:
+            cursor.execute(sql.RELEASE_RUNNING, {"ids": list(ids), "tokens": list(tokens)})
+            return cursor.rowcount
+
     def database_time(self) -> DatabaseTime:
         sent = time.monotonic()
         with engine_cursor() as cursor:

@@ -141,6 +141,17 @@ WHERE id = %(id)s AND lease_token = %(token)s AND state = {RUNNING}
 RETURNING id
 """
 
+# A started job whose handler never began goes back, as if it had not been started: the
+# attempt the start counted is given back and the job is due again (the NOTIFY trigger
+# announces it). Used by a worker process that must end before it could run them.
+RELEASE_RUNNING = f"""
+UPDATE {JOB_TABLE} j
+SET state = {SCHEDULED}, attempts = greatest(j.attempts - 1, 0), claimed_by = '',
+    started_at = NULL, lease_expires_at = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
+WHERE j.id = t.id AND j.lease_token = t.token AND j.state = {RUNNING}
+"""
+
 RENEW_RUNNING = f"""
 UPDATE {JOB_TABLE} j
 SET lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)

@@ -229,6 +229,22 @@ class SqliteJobStore(InsertsBySource):
                 for i, t in leases
             )
 
+    def release(self, *, leases: Sequence[tuple[int, int]]) -> int:
+        released = 0
+        with transaction.atomic():
+            for i, t in leases:
+                running = Job.objects.filter(id=i, lease_token=t, state=JobState.RUNNING)
+                job = running.first()
+                if job is not None:
+                    released += running.update(
+                        state=JobState.SCHEDULED,
+                        attempts=max(job.attempts - 1, 0),
+                        claimed_by="",
+                        started_at=None,
+                        lease_expires_at=None,
+                    )
+        return released
+
     def database_time(self) -> DatabaseTime:
         now = time.monotonic()
         return DatabaseTime(time.time() * 1000, now, now)

@@ -36,6 +36,7 @@ from tasksapp.engine.transitions import (
     StartedJob,
     database_time,
     job_fail,
+    job_release,
     job_renew,
     job_start,
     job_succeed,
@@ -73,28 +74,98 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+@dataclasses.dataclass
+class _Held:
+    """A started job this process holds: its lease is renewed until its handler ends or
+    passes its time limit."""
+
+    job: StartedJob
+    limit: float  # seconds from the handler's begin: the job's own or the default
+    deadline: float | None = None  # time.monotonic() of the limit, once the handler began
+    began: bool = False
+    began_ms: float | None = None
+    overdue: bool = False  # past its limit: no longer renewed
+    outcome: tuple | None = None  # a success still to be recorded with the batch
+
+
+def time_limit_of(job: StartedJob) -> float:
+    """The job's time limit, or the default one: every attempt has a limit."""
+    return job.time_limit or tempo_settings().default_time_limit_seconds
+
+
+def end_processes_at_time_limit() -> None:
+    """Called in each prefork child as it starts: a handler past its time limit ends the
+    child (Celery's pool starts another), since a running thread cannot be stopped."""
+    global _ends_process
+    _ends_process = True
+
+
+_ends_process = False
+TIME_LIMIT_EXIT_CODE = 70
+# A time limit's failed attempt is due again no sooner than this: the process running
+# the handler ends within microseconds of recording it, long before any new claim.
+TIME_LIMIT_RETRY_MARGIN_S = 1.0
+ERR_TIME_LIMIT_ENDED = (
+    "time limit of {limit:g} s exceeded: the handler was still running; its worker process "
+    "was ended"
+)
+ERR_TIME_LIMIT_STUCK = (
+    "time limit of {limit:g} s exceeded: the handler was still running (a thread cannot be "
+    "stopped; run workers with -P prefork to end it)"
+)
+
+
 class LeaseKeeper:
-    """One per process: renews the leases of running jobs and writes a heartbeat."""
+    """One per process: renews the leases of running jobs and writes a heartbeat; a
+    watchdog thread acts at each handler's time limit."""
 
     def __init__(self) -> None:
         self.settings = tempo_settings()
         self.ttl = self.settings.run_lease_seconds
         self.name = worker_name()
-        self._held: dict[int, tuple[int, float | None]] = {}  # id -> (token, deadline)
+        self.ends_process = _ends_process
+        self._held: dict[int, _Held] = {}
         self._lock = threading.Lock()
+        self._limits = threading.Condition(self._lock)
+        self._next_limit = float("inf")  # when the watchdog wakes next (monotonic)
         self._counts = {"succeeded": 0, "failed": 0}
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
         self._thread.start()
+        self._watchdog = threading.Thread(target=self._watch, name="time-limits", daemon=True)
+        self._watchdog.start()
 
     def stop(self) -> None:
         self._stopped.set()
+        with self._lock:
+            self._limits.notify()
         self._thread.join(timeout=5)
+        self._watchdog.join(timeout=5)
 
     def hold(self, job: StartedJob) -> None:
-        deadline = time.monotonic() + job.time_limit if job.time_limit else None
+        held = _Held(job, time_limit_of(job))
         with self._lock:
-            self._held[job.id] = (job.token, deadline)
+            self._held[job.id] = held
+
+    def began(self, job_id: int, began_ms: float | None) -> None:
+        """The handler begins now: its time limit runs from here."""
+        with self._lock:
+            held = self._held.get(job_id)
+            if held is None:
+                return
+            held.began, held.began_ms = True, began_ms
+            held.deadline = time.monotonic() + held.limit
+            if held.deadline < self._next_limit:
+                self._next_limit = held.deadline
+                self._limits.notify()
+
+    def returned(self, job_id: int, outcome: tuple | None = None) -> None:
+        """The handler returned (or raised): nothing left to stop; a success still to be
+        recorded with its batch is kept here, so that a process ending early records it."""
+        with self._lock:
+            held = self._held.get(job_id)
+            if held is not None:
+                held.deadline, held.outcome = None, outcome
 
     def release(self, job_id: int, *, succeeded: bool) -> None:
         with self._lock:
@@ -121,8 +192,12 @@ class LeaseKeeper:
     def _renew_and_beat(self) -> None:
         now = time.monotonic()
         with self._lock:
-            # Past its time limit a job's lease is left to expire: the reaper takes it.
-            leases = [(i, t) for i, (t, d) in self._held.items() if d is None or d > now]
+            # Past its time limit a job's lease is no longer renewed.
+            leases = [
+                (i, h.job.token)
+                for i, h in self._held.items()
+                if not h.overdue and (h.deadline is None or h.deadline > now)
+            ]
             running, counts = len(self._held), dict(self._counts)
             self._counts = {"succeeded": 0, "failed": 0}
         job_renew(leases=leases, ttl=self.ttl)
@@ -141,6 +216,66 @@ class LeaseKeeper:
                 succeeded=counts["succeeded"],
                 failed=counts["failed"],
             )
+
+    def _watch(self) -> None:
+        """Wake at the earliest time limit of a running handler, and act on it."""
+        try:
+            while not self._stopped.is_set():
+                with self._lock:
+                    now = time.monotonic()
+                    deadlines = [h.deadline for h in self._held.values() if h.deadline is not None]
+                    self._next_limit = min(deadlines, default=float("inf"))
+                    overdue = [h for h in self._held.values() if h.deadline and h.deadline <= now]
+                    if not overdue:
+                        wait = None if not deadlines else self._next_limit - now
+                        self._limits.wait(wait)
+                        continue
+                    for held in overdue:
+                        held.deadline, held.overdue = None, True
+                try:
+                    self._time_limit_passed(overdue)
+                except Exception:  # the database is down: the leases expire instead
+                    log.exception("time limit: the failure could not be recorded")
+                    close_old_connections()
+                    connection.close()
+                    if self.ends_process:
+                        os._exit(TIME_LIMIT_EXIT_CODE)
+        finally:
+            connection.close()
+
+    def _time_limit_passed(self, overdue: list[_Held]) -> None:
+        """Record each overdue attempt as failed (its lease is renewed no more). A prefork
+        child then ends: it first records the successes still waiting for their batch and
+        hands back the jobs whose handlers never began; other handlers running beside
+        (batch parallelism) are left to their leases, as after a crash."""
+        template = ERR_TIME_LIMIT_ENDED if self.ends_process else ERR_TIME_LIMIT_STUCK
+        margin = TIME_LIMIT_RETRY_MARGIN_S if self.ends_process else 0.0
+        for held in overdue:
+            log.error("job %s: time limit of %g s exceeded", held.job.id, held.limit)
+            _record_failure(
+                held.job,
+                template.format(limit=held.limit),
+                kind="time_limit",
+                began_ms=held.began_ms,
+                min_retry_in=margin,
+            )
+        if not self.ends_process:
+            return
+        with self._lock:
+            others = [h for h in self._held.values() if not h.overdue]
+            self._held.clear()
+        successes = [h.outcome for h in others if h.outcome is not None]
+        unbegun = [(h.job.id, h.job.token) for h in others if not h.began]
+        if successes:
+            job_succeed(outcomes=successes)
+        job_release(leases=unbegun)
+        log.error(
+            "worker process ends at a time limit (%d handed back, %d successes recorded)",
+            len(unbegun),
+            len(successes),
+        )
+        logging.shutdown()
+        os._exit(TIME_LIMIT_EXIT_CODE)
 
 
 _keeper: LeaseKeeper | None = None
@@ -181,7 +316,7 @@ def execute_batch(claims: Sequence[Sequence[int | float]]) -> int:
         keeper.hold(job)
     try:
         finished_ok: list[tuple[int, int, Any, float]] = []
-        results = _run_all(started, parallelism=keeper.settings.batch_parallelism)
+        results = _run_all(started, keeper)
         for job, (status, outcome) in zip(started, results, strict=True):
             if status is RunOutcome.SUCCESS_TO_RECORD:
                 finished_ok.append(outcome)
@@ -219,13 +354,14 @@ _handler_pool: ThreadPoolExecutor | None = None
 _handler_pool_lock = threading.Lock()
 
 
-def _run_all(jobs: list[StartedJob], *, parallelism: int) -> list[tuple[RunOutcome, Any]]:
+def _run_all(jobs: list[StartedJob], keeper: LeaseKeeper) -> list[tuple[RunOutcome, Any]]:
     """Run a batch's handlers: one after another, or, with TEMPO_BATCH_PARALLELISM = N > 1,
     N side by side: the calling thread and N - 1 pool threads shared by the whole process
     (so a `-c 1` worker never runs more than N handlers at once). The calling thread takes
     its share rather than waiting: one thread hand-off fewer between start and handler."""
+    parallelism = keeper.settings.batch_parallelism
     if parallelism <= 1 or len(jobs) <= 1:
-        return [_run_one(job) for job in jobs]
+        return [_run_one(job, keeper) for job in jobs]
     todo: SimpleQueue[tuple[int, StartedJob]] = SimpleQueue()
     for index, job in enumerate(jobs):
         todo.put((index, job))
@@ -237,7 +373,7 @@ def _run_all(jobs: list[StartedJob], *, parallelism: int) -> list[tuple[RunOutco
                 index, job = todo.get_nowait()
             except Empty:
                 return
-            results[index] = run(job)
+            results[index] = run(job, keeper)
 
     pool, helpers_wanted = _pool(parallelism), min(len(jobs), parallelism) - 1
     helpers = [pool.submit(drain, _run_one_in_thread) for _ in range(helpers_wanted)]
@@ -299,9 +435,9 @@ def stop_handler_pool() -> None:
             _handler_pool = None
 
 
-def _run_one_in_thread(job: StartedJob) -> tuple[RunOutcome, Any]:
+def _run_one_in_thread(job: StartedJob, keeper: LeaseKeeper) -> tuple[RunOutcome, Any]:
     close_old_connections()  # each pool thread keeps its own healthy connection
-    return _run_one(job)
+    return _run_one(job, keeper)
 
 
 LOOSE_BOUND_MS = 0.5  # a start answered slower than this bounds the database clock loosely
@@ -344,7 +480,7 @@ def _context(job: StartedJob) -> JobContext:
     )
 
 
-def _run_one(job: StartedJob) -> tuple[RunOutcome, Any]:
+def _run_one(job: StartedJob, keeper: LeaseKeeper) -> tuple[RunOutcome, Any]:
     """Run one job: (RECORDED_SUCCESS | FAILED, None), or (SUCCESS_TO_RECORD, outcome)
     for a success still to be recorded with the batch."""
     began_ms = None
@@ -352,9 +488,11 @@ def _run_one(job: StartedJob) -> tuple[RunOutcome, Any]:
         handler = resolve_handler(job.handler)
         began_ms = _begin(job)
         if job.delivery == Delivery.TRANSACTIONAL:
-            _run_transactional(job, handler, began_ms)
+            _run_transactional(job, handler, began_ms, keeper)
             return RunOutcome.RECORDED_SUCCESS, None
-        return RunOutcome.SUCCESS_TO_RECORD, (job.id, job.token, _call(job, handler), began_ms)
+        outcome = (job.id, job.token, _call(job, handler, began_ms, keeper), began_ms)
+        keeper.returned(job.id, outcome)
+        return RunOutcome.SUCCESS_TO_RECORD, outcome
     except LeaseLost:
         log.warning("job %s: lease lost while running; its outcome is discarded", job.id)
     except TimeLimitExceeded as exc:
@@ -378,12 +516,17 @@ def _describe(exc: BaseException) -> str:
     return safe_text(text, max_chars=ERROR_TEXT_CHARS)
 
 
-def _call(job: StartedJob, handler) -> Any:
+def _call(job: StartedJob, handler, began_ms: float, keeper: LeaseKeeper) -> Any:
+    keeper.began(job.id, began_ms)
     began = time.monotonic()
-    result = handler(_context(job))
+    try:
+        result = handler(_context(job))
+    finally:
+        keeper.returned(job.id)
     elapsed = time.monotonic() - began
-    if job.time_limit and elapsed > job.time_limit:
-        raise TimeLimitExceeded(ERR_TIME_LIMIT.format(limit=job.time_limit, elapsed=elapsed))
+    limit = time_limit_of(job)
+    if elapsed > limit:
+        raise TimeLimitExceeded(ERR_TIME_LIMIT.format(limit=limit, elapsed=elapsed))
     limits = tempo_settings()
     try:
         return checked_json(
@@ -396,14 +539,21 @@ def _call(job: StartedJob, handler) -> Any:
         raise ValueError(ERR_RESULT.format(reason=exc)) from exc
 
 
-def _run_transactional(job: StartedJob, handler, began_ms: float) -> None:
+def _run_transactional(job: StartedJob, handler, began_ms: float, keeper: LeaseKeeper) -> None:
     with transaction.atomic():
-        result = _call(job, handler)
+        result = _call(job, handler, began_ms, keeper)
         if not job_succeed(outcomes=[(job.id, job.token, result, began_ms)]):
             raise LeaseLost(job.id)
 
 
-def _record_failure(job: StartedJob, error: str, *, kind: str, began_ms: float | None) -> None:
+def _record_failure(
+    job: StartedJob,
+    error: str,
+    *,
+    kind: str,
+    began_ms: float | None,
+    min_retry_in: float = 0.0,
+) -> None:
     """Record one failed attempt. Whatever goes wrong here stays with this job: it is
     logged, and the job's lease, no longer renewed, expires into the reaper's hands."""
     try:
@@ -415,7 +565,7 @@ def _record_failure(job: StartedJob, error: str, *, kind: str, began_ms: float |
             token=job.token,
             error=safe_text(error, max_chars=ERROR_TEXT_CHARS),
             kind=kind,
-            retry_in=decision.delay if decision.retry else None,
+            retry_in=max(decision.delay, min_retry_in) if decision.retry else None,
             began_ms=began_ms,
         )
     except (DataError, IntegrityError, ValueError, OverflowError):

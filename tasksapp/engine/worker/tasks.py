@@ -7,6 +7,7 @@ from django.db import close_old_connections
 from tasksapp.engine.runtime import freeze_startup_heap
 from tasksapp.engine.sessions import use_engine_sessions
 from tasksapp.engine.worker.executor import (
+    end_processes_at_time_limit,
     execute_batch,
     lease_keeper,
     on_every_pool_thread,
@@ -52,7 +53,9 @@ def _prepare_worker(sender=None, **kwargs) -> None:
 
 @worker_process_init.connect
 def _prepare_worker_child(**kwargs) -> None:
+    """A prefork child: a handler past its time limit ends it (the pool starts another)."""
     use_engine_sessions()
+    end_processes_at_time_limit()
     lease_keeper()
     warm_handler_pool()
     warm_up()

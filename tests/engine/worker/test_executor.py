@@ -238,3 +238,107 @@ def test_a_loose_bound_of_the_database_clock_is_tightened_before_run_at(effects)
     with connection.cursor() as cursor:
         cursor.execute("SELECT clock_timestamp()")
         assert cursor.fetchone()[0] >= job.run_at
+
+
+def run_in_background(*jobs):
+    """execute_batch on a thread of its own (a handler of the batch blocks); joined by
+    the returned function."""
+    import threading
+
+    from django.db import connection as thread_connection
+
+    claims = job_claim_due(ids=[j.id for j in jobs], owner="d", ttl=10)
+
+    def run():
+        try:
+            execute_batch([[c.id, c.token, c.run_at_ms] for c in claims])
+        finally:
+            thread_connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return lambda: thread.join(timeout=10)
+
+
+def test_a_job_without_a_time_limit_runs_under_the_default(settings, effects):
+    settings.TEMPO = {**settings.TEMPO, "DEFAULT_TIME_LIMIT_SECONDS": 0.1}
+    job = JobFactory(
+        handler="tests.handlers.recording.record_slowly", payload={"seconds": 0.3}, max_attempts=1
+    )
+    assert job.time_limit is None
+    claim_and_run(job)
+    job.refresh_from_db()
+    assert job.state == JobState.DEAD
+    assert job.last_error.startswith("time limit of 0.1 s exceeded")
+    assert effects.count(job.id) == 0
+
+
+def test_a_handler_past_its_limit_fails_at_the_limit_while_its_thread_goes_on(effects):
+    """In a threads worker the watchdog records the failure at the limit (the thread
+    cannot be stopped); its lease is no longer renewed; the late return changes nothing."""
+    job = JobFactory(
+        handler="tests.handlers.recording.record_slowly",
+        payload={"seconds": 1.5},
+        time_limit=0.3,
+        max_attempts=1,
+    )
+    began = time.monotonic()
+    join = run_in_background(job)
+    for _ in range(100):
+        job.refresh_from_db()
+        if job.state not in (JobState.CLAIMED, JobState.RUNNING):
+            break
+        time.sleep(0.02)
+    assert job.state == JobState.DEAD
+    assert time.monotonic() - began < 1.0  # at the limit, not when the handler returned
+    assert "its worker process" not in job.last_error
+    assert job.last_error.startswith("time limit of 0.3 s exceeded: the handler was still")
+    assert job.errors[-1]["kind"] == "time_limit"
+    keeper = executor.lease_keeper()
+    keeper._renew_and_beat()  # past its limit the lease is left alone
+    job.refresh_from_db()
+    assert job.lease_expires_at is None and job.state == JobState.DEAD
+    join()
+    job.refresh_from_db()
+    assert job.state == JobState.DEAD and len(job.errors) == 1
+    assert effects.count(job.id) == 0  # the late return rolled back
+
+
+def test_a_prefork_child_past_a_limit_records_settles_its_batch_and_ends(monkeypatch):
+    """In a prefork child the watchdog records the time limit's failure (retry no sooner
+    than the margin), records the batch's waiting successes, hands back the jobs whose
+    handlers never began (their attempt not counted) and ends the process."""
+    import threading
+
+    ended = threading.Event()
+    monkeypatch.setattr(executor, "_ends_process", True)
+    monkeypatch.setattr(executor.os, "_exit", lambda code: ended.set())
+    executor.stop_lease_keeper()
+    hung = JobFactory(
+        handler="tests.handlers.recording.record_slowly",
+        payload={"seconds": 1.0},
+        time_limit=0.3,
+        delivery="at_least_once",
+        retry_policy={"delays": [0]},
+    )
+    others = [
+        JobFactory(handler="tests.handlers.recording.echo", delivery="at_least_once")
+        for _ in range(4)
+    ]
+    join = run_in_background(hung, *others)
+    assert ended.wait(timeout=5)
+    hung.refresh_from_db()
+    assert hung.state == JobState.FAILED and hung.attempts == 1
+    assert hung.last_error == (
+        "time limit of 0.3 s exceeded: the handler was still running; its worker process was ended"
+    )
+    assert hung.run_at - hung.finished_at >= dt.timedelta(seconds=0.99)  # the margin
+    for job in others:
+        job.refresh_from_db()
+        ran = job.state == JobState.SUCCEEDED and job.attempts == 1
+        handed_back = job.state == JobState.SCHEDULED and job.attempts == 0
+        assert ran or handed_back, (job.state, job.attempts)
+        assert job.lease_expires_at is None and job.claimed_by == ""
+    join()  # (the process was not really ended: its late outcomes are fenced off)
+    hung.refresh_from_db()
+    assert hung.state == JobState.FAILED and len(hung.errors) == 1
