@@ -124,3 +124,43 @@ HOSTILE_RESULTS = {
 def return_hostile(ctx):
     """Returns the result named by payload['kind'], one the jobs table cannot store."""
     return HOSTILE_RESULTS[ctx.payload["kind"]]()
+
+
+# Table of tick_until_limit, created by tests/processes/test_hung_handlers.py.
+TICKS_TABLE = """
+CREATE TABLE IF NOT EXISTS test_ticks (
+    id bigserial PRIMARY KEY, job_id bigint NOT NULL, attempt int NOT NULL, pid int NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp())
+"""
+
+
+@job_handler
+def loop_forever(ctx):
+    """Never returns: a busy loop only the end of its process stops."""
+    n = 0
+    while True:
+        n += 1
+
+
+@job_handler
+def tick_until_limit(ctx):
+    """Writes a row to test_ticks every 0.05 s (its own connection, committed at once) —
+    for ever while the attempt is at most payload['hang_attempts'] (1), else for
+    payload['seconds'] (0.5) — so a test sees exactly when each attempt was running."""
+    import os
+
+    import psycopg
+
+    forever = ctx.attempt <= int(ctx.payload.get("hang_attempts", 1))
+    until = time.monotonic() + float(ctx.payload.get("seconds", 0.5))
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=True) as own:
+        while forever or time.monotonic() < until:
+            own.execute(
+                "INSERT INTO test_ticks (job_id, attempt, pid) VALUES (%s, %s, %s)",
+                [ctx.job_id, ctx.attempt, os.getpid()],
+            )
+            time.sleep(0.05)
+    return {"attempt": ctx.attempt}
