@@ -1,9 +1,11 @@
 """Bursts: N no-op jobs due at the same instant, against raw Celery in the same run.
 
     python -m bench.burst [--sizes 10000 100000] [--dispatchers 2] [--workers 2]
+                          [--pools prefork threads]
 
 For each size: a fresh database gets N no-op jobs all due at one instant; dispatchers and
-Celery workers (prefork) run them; we report the time from the run time to the last
+Celery workers (prefork by default; `--pools prefork threads` runs each size under both
+pools, side by side) run them; we report the time from the run time to the last
 start, jobs/s and start-lag percentiles. Then raw Celery on the same machine and broker
 publishes and consumes N no-op tasks (one message per task), and transactional-mode jobs
 are measured beside the default at-least-once no-op jobs.
@@ -41,13 +43,20 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--dispatchers", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
-    parser.add_argument("--concurrency", type=int, default=2, help="prefork children each")
+    parser.add_argument("--concurrency", type=int, default=2, help="pool slots each (-c)")
+    parser.add_argument(
+        "--pools",
+        nargs="+",
+        choices=["prefork", "threads"],
+        default=["prefork"],
+        help="Celery pools of the workers: each size runs under each",
+    )
     parser.add_argument("--transactional-size", type=int, default=10_000)
     parser.add_argument("--no-raw", action="store_true", help="skip raw Celery")
     return parser.parse_args()
 
 
-def worker_args(cluster: Cluster, name: str, concurrency: int) -> list[str]:
+def worker_args(cluster: Cluster, name: str, concurrency: int, pool: str = "prefork") -> list[str]:
     celery = str(Path(sys.executable).with_name("celery"))
     return [
         celery,
@@ -57,7 +66,7 @@ def worker_args(cluster: Cluster, name: str, concurrency: int) -> list[str]:
         "-Q",
         cluster.queue,
         "-P",
-        "prefork",
+        pool,
         "-c",
         str(concurrency),
         "-n",
@@ -84,14 +93,15 @@ def wait_done(conn, n: int, timeout: float) -> None:
     raise SystemExit(f"only {bar.n} of {n} jobs finished within {timeout} s")
 
 
-def tempo_burst(args, n: int, delivery: str) -> dict:
+def tempo_burst(args, n: int, delivery: str, pool: str = "prefork") -> dict:
     with BenchDatabase("tempo_bench_burst") as db, db.connect() as conn:
         cluster = bench_cluster(db.url, "burst")
         at = time.time() + 30 + n / 20_000  # time to insert and for dispatchers to poll
         conn.execute(INSERT, {"handler": NOOP, "at": at, "n": n, "delivery": delivery})
         try:
             for i in range(args.workers):
-                cluster._start(f"w{i + 1}", worker_args(cluster, f"w{i + 1}", args.concurrency))
+                name = f"w{i + 1}"
+                cluster._start(name, worker_args(cluster, name, args.concurrency, pool))
             for i in range(args.dispatchers):
                 cluster.dispatcher(f"d{i + 1}")
             time.sleep(max(0.0, at - time.time()))
@@ -118,6 +128,7 @@ def tempo_burst(args, n: int, delivery: str) -> dict:
     lag, claim = summary(lags), summary(claims)
     return {
         "mode": f"tempo {delivery}",
+        "pool": pool,
         "jobs": n,
         "last_start_s": round(last_start, 2),
         "jobs_per_s": round(n / last_start),
@@ -169,6 +180,7 @@ def raw_celery(args, n: int) -> dict:
     elapsed = last - began
     return {
         "mode": "raw celery (1 msg/task)",
+        "pool": "prefork",
         "jobs": n,
         "last_start_s": round(elapsed, 2),
         "jobs_per_s": round(n / elapsed),
@@ -180,11 +192,13 @@ def main() -> None:
     args = parse()
     rows = []
     for n in args.sizes:
-        tempo = tempo_burst(args, n, "at_least_once")
+        tempos = [tempo_burst(args, n, "at_least_once", pool) for pool in args.pools]
         if args.no_raw:
-            rows.append(tempo)
-            print(table(rows[-1:], COLUMNS), flush=True)
+            rows += tempos
+            print(table(rows[-len(tempos) :], COLUMNS), flush=True)
             continue
+        *others, tempo = tempos
+        rows += others
         raw = raw_celery(args, n)
         rows += [
             tempo,
@@ -197,7 +211,8 @@ def main() -> None:
         ]
         print(table(rows[-3:], COLUMNS), flush=True)
     if args.transactional_size:
-        rows.append(tempo_burst(args, args.transactional_size, "transactional"))
+        for pool in args.pools:
+            rows.append(tempo_burst(args, args.transactional_size, "transactional", pool))
     print(table(rows, COLUMNS))
     path = write_json("burst", {"args": vars(args), "results": rows})
     print(f"wrote {path}", file=sys.stderr)
@@ -205,6 +220,7 @@ def main() -> None:
 
 COLUMNS = [
     "mode",
+    "pool",
     "jobs",
     "last_start_s",
     "jobs_per_s",
