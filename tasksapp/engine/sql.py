@@ -27,6 +27,16 @@ SELECT
   extract(epoch FROM clock_timestamp()) * 1000
 """
 
+# A peer whose coordination session has sat idle past the stall bound is frozen (SIGSTOP,
+# a VM pause) or cut off with its TCP connection still open: its session, and with it
+# every partition lock it holds, is ended so the live instances take its share. A
+# running instance touches this session every coordination round.
+TERMINATE_STALLED_PEERS = """
+SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE pid = ANY(%(peers)s::int[]) AND pid <> pg_backend_pid()
+  AND state LIKE 'idle%%' AND state_change < clock_timestamp() - make_interval(secs => %(stall)s)
+"""
+
 TRY_LOCK_PARTITION = "SELECT pg_try_advisory_lock(%(partition_class)s, %(partition)s)"
 
 UNLOCK_PARTITIONS = """

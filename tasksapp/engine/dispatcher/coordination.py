@@ -111,10 +111,16 @@ class Rebalance:
     released: list[int] = field(default_factory=list)
 
 
+STALL_ROUNDS = 10  # a peer that has not coordinated for this many rounds is stalled
+
+
 class PostgresCoordinator:
-    def __init__(self, *, partitions: int, instance_id: int) -> None:
+    def __init__(
+        self, *, partitions: int, instance_id: int, coordination_seconds: float = 2.0
+    ) -> None:
         self.partitions = partitions
         self.instance_id = instance_id
+        self.stall_seconds = STALL_ROUNDS * coordination_seconds
         self.owned: set[int] = set()
         self.clock = ClockOffset()
         self._conn: psycopg.Connection | None = None
@@ -174,6 +180,7 @@ class PostgresCoordinator:
         after = time.time() * 1000
         live_pids, held, db_ms = row
         self.clock.observe(before, after, float(db_ms))
+        live_pids = self._without_stalled(list(live_pids or []))
         target = partition_targets(self.partitions, list(live_pids or []), self._pid)
         log.debug(
             "rebalance: live=%s me=%s target=%s owned=%s",
@@ -198,6 +205,26 @@ class PostgresCoordinator:
             start = len(free) * pids.index(self._pid) // len(pids)
             change.gained = self.take(free[start:] + free[:start], target - len(self.owned))
         return change
+
+    def _without_stalled(self, live_pids: list[int]) -> list[int]:
+        """End the sessions of peers stalled past the bound; the live ones remain. Their
+        partitions are free once their backends exit (the next round takes them)."""
+        assert self._conn is not None
+        peers = [pid for pid in live_pids if pid != self._pid]
+        if not peers:
+            return live_pids
+        ended = self._conn.execute(
+            sql.TERMINATE_STALLED_PEERS, {"peers": peers, "stall": self.stall_seconds}
+        ).fetchall()
+        for pid, _ in ended:
+            log.warning(
+                "dispatcher session %s idle for over %.0f s: ended, its partitions go to the"
+                " live instances",
+                pid,
+                self.stall_seconds,
+            )
+        stalled = {pid for pid, _ in ended}
+        return [pid for pid in live_pids if pid not in stalled]
 
     def take(self, candidates: list[int], count: int) -> list[int]:
         """Lock up to `count` of the candidate partitions, trying them in order."""

@@ -160,8 +160,16 @@ class DispatcherLoop:
                 "dispatch_mode": self.source.initial_mode,
             },
         )
-        kind = PostgresCoordinator if self.uses_notify else LocalCoordinator
-        self.coordinator = kind(partitions=self.partitions, instance_id=self.record.id)
+        if self.uses_notify:
+            self.coordinator = PostgresCoordinator(
+                partitions=self.partitions,
+                instance_id=self.record.id,
+                coordination_seconds=self.settings.coordination_seconds,
+            )
+        else:
+            self.coordinator = LocalCoordinator(
+                partitions=self.partitions, instance_id=self.record.id
+            )
         self.coordinator.connect()
         self._warm_up()
         freeze_startup_heap()
