@@ -6,9 +6,15 @@ import os
 import uuid
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 import tests.handlers.recording  # noqa: F401  (registers the test handlers here)
 from tests.processes.support import purge_queue
+
+# Properties are checked against real databases on a shared machine: a slow example is
+# not a failure (hypothesis' default 200 ms deadline made them flaky).
+hypothesis_settings.register_profile("tempo", deadline=None)
+hypothesis_settings.load_profile("tempo")
 
 # The dispatchers and workers the process tests start inherit this environment: they
 # register the same handlers as this process.

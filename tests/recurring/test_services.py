@@ -4,6 +4,7 @@ import datetime as dt
 import threading
 
 import pytest
+import time_machine
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -127,8 +128,10 @@ def test_create_stores_the_normalised_task(planning):
 
 
 def test_the_epoch_defaults_to_today_at_midnight_utc(planning):
-    task = recurring_task_create(name="t", handler=HANDLER, period=DAY)
-    assert task.epoch == timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    noon = timezone.now().replace(hour=12, minute=0, second=0, microsecond=0)
+    with time_machine.travel(noon, tick=True):  # never across midnight
+        task = recurring_task_create(name="t", handler=HANDLER, period=DAY)
+        assert task.epoch == timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 @pytest.mark.parametrize(
