@@ -64,7 +64,8 @@ def test_start_within_the_lead_bounds_the_database_clock_until_run_at():
     (started,) = job_start(claims=[(job.id, claim.token)], worker="w", ttl=5)
     job.refresh_from_db()
     assert job.state == JobState.RUNNING and job.started_at == job.run_at  # the plan
-    assert 0.2 < started.begins_at - time.monotonic() < 0.31
+    # Never later than the run time's distance (a slow answer only brings it nearer).
+    assert started.begins_at - time.monotonic() < 0.31
     time.sleep(max(0.0, started.begins_at - time.monotonic()))
     with connection.cursor() as cursor:
         cursor.execute("SELECT clock_timestamp()")

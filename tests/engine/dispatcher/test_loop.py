@@ -99,9 +99,7 @@ def test_a_job_scheduled_for_now_wakes_the_dispatcher_without_a_poll(loops, publ
     loop.step(wait=False)
     polls = loop.counters["polls"]
     job = schedule(0)
-    began = time.monotonic()
-    run_until(lambda: publisher.claims, loop)
-    assert time.monotonic() - began < 0.5
+    run_until(lambda: publisher.claims, loop)  # the next poll is 240 s away
     assert publisher.claims[0][0] == job.id
     assert loop.counters["polls"] == polls  # found by NOTIFY, not by polling
 
@@ -220,8 +218,8 @@ def test_a_dead_peer_is_noticed_at_once_not_at_the_next_round(loops, settings):
     )
     b.coordinator._conn.close()  # its session ends as if the process died
     began = time.monotonic()
-    run_until(lambda: len(a.coordinator.owned) == 16, a, timeout=5)
-    assert time.monotonic() - began < 2  # the peer watcher woke it, not the 60 s round
+    run_until(lambda: len(a.coordinator.owned) == 16, a, timeout=10)
+    assert time.monotonic() - began < 10  # the peer watcher woke it, not the 60 s round
 
 
 def test_taking_over_goes_on_past_partitions_a_peer_just_won():
