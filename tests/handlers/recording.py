@@ -126,6 +126,52 @@ def return_hostile(ctx):
     return HOSTILE_RESULTS[ctx.payload["kind"]]()
 
 
+# Tables of record_then_block, created by the process tests (tests/processes/inflight.py).
+KEYED_EFFECTS_TABLE = """
+CREATE TABLE IF NOT EXISTS test_keyed_effects (
+    id bigserial PRIMARY KEY, job_id bigint NOT NULL, attempt int NOT NULL,
+    idempotency_key text NOT NULL, executed_at timestamptz NOT NULL DEFAULT clock_timestamp())
+"""
+STARTED_TABLE = """
+CREATE TABLE IF NOT EXISTS test_started (
+    id bigserial PRIMARY KEY, job_id bigint NOT NULL, attempt int NOT NULL, pid int NOT NULL,
+    started_at timestamptz NOT NULL DEFAULT clock_timestamp())
+"""
+
+
+def _autocommit_connection():
+    import psycopg
+
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return psycopg.connect(**params, autocommit=True)
+
+
+@job_handler
+def record_then_block(ctx):
+    """Writes its effect with the idempotency key in the job's own connection (inside the
+    job's transaction when transactional, committed at once otherwise), marks the attempt
+    started in a connection of its own (visible at once in every mode), then blocks for
+    payload['block'] s (600) while the attempt is at most payload['block_attempts'] (1):
+    a SIGKILL of its worker then lands while the handler runs."""
+    import os
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO test_keyed_effects (job_id, attempt, idempotency_key) VALUES (%s, %s, %s)",
+            [ctx.job_id, ctx.attempt, ctx.idempotency_key],
+        )
+    with _autocommit_connection() as own:
+        own.execute(
+            "INSERT INTO test_started (job_id, attempt, pid) VALUES (%s, %s, %s)",
+            [ctx.job_id, ctx.attempt, os.getpid()],
+        )
+    if ctx.attempt <= int(ctx.payload.get("block_attempts", 1)):
+        time.sleep(float(ctx.payload.get("block", 600)))
+    return {"job": ctx.job_id, "attempt": ctx.attempt}
+
+
 # Table of tick_until_limit, created by tests/processes/test_hung_handlers.py.
 TICKS_TABLE = """
 CREATE TABLE IF NOT EXISTS test_ticks (
