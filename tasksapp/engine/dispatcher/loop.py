@@ -21,6 +21,7 @@ from django.db import DatabaseError, InterfaceError, connection
 from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
+from kombu.exceptions import OperationalError as KombuOperationalError
 
 from tasksapp.engine.dispatcher.coordination import REBALANCE, LocalCoordinator, PostgresCoordinator
 from tasksapp.engine.dispatcher.sources.base import DispatchContext, DueSource
@@ -47,6 +48,10 @@ COUNTER_FIELDS = (
 )
 HEARTBEAT_SECONDS = 10.0
 MAX_WAIT_SECONDS = 0.1  # wake up this often to notice signals (no query is made)
+# The broker unreachable (kombu's connection errors): nothing is claimed meanwhile, and
+# it is asked again this often.
+BROKER_ERRORS = (KombuOperationalError, OSError)
+BROKER_RETRY_SECONDS = 1.0
 
 
 class CeleryPublisher:
@@ -85,10 +90,14 @@ class CeleryPublisher:
             pass
 
     def backlog(self) -> int | None:
-        """Messages waiting in the queue, or None if the broker cannot tell."""
+        """Messages waiting in the queue, or None if the broker cannot tell; raises one of
+        BROKER_ERRORS if it cannot be reached."""
         try:
             with self.app.pool.acquire(block=True) as conn:
+                conn.ensure_connection(max_retries=1)  # not kombu's 4 s of retries
                 return conn.default_channel.queue_declare(self.queue, passive=True).message_count
+        except BROKER_ERRORS:
+            raise
         except Exception:  # an unknown queue (nothing sent yet) or a broker hiccup
             return None
 
@@ -145,6 +154,7 @@ class DispatcherLoop:
         self.next_coordination = 0.0
         self.next_heartbeat = 0.0
         self.next_reap: float | None = 0.0
+        self.broker_retry_at = 0.0  # while the broker is unreachable: claim nothing before
 
     # -- life cycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -272,17 +282,31 @@ class DispatcherLoop:
             max_batch=self.settings.max_batch,
             parallelism=self.settings.batch_parallelism,
         )
-        self.publisher(batches)
-        self.counters.update(messages=len(batches))
         if claims:
             check_at = self.now_ms() + ttl * 1000 + 500
             self.next_reap = min(self.next_reap or math.inf, check_at)
+        try:
+            self.publisher(batches)
+        except BROKER_ERRORS as exc:  # claimed, not sent: they expire, the reaper returns them
+            self._broker_unreachable(exc)
+            return
+        self.counters.update(messages=len(batches))
+
+    def _broker_unreachable(self, exc: BaseException) -> None:
+        log.warning("dispatcher %s: broker unreachable, claiming nothing: %s", self.name, exc)
+        self.broker_retry_at = self.now_ms() + BROKER_RETRY_SECONDS * 1000
 
     def _room_for(self, wanted: int) -> int:
         """How many due jobs may be claimed now. Claiming faster than the workers start
         jobs would only let claims expire in the queue and be claimed again."""
+        if self.now_ms() < self.broker_retry_at:
+            return 0
         backlog_of = getattr(self.publisher, "backlog", None)
-        backlog = backlog_of() if backlog_of else None
+        try:
+            backlog = backlog_of() if backlog_of else None
+        except BROKER_ERRORS as exc:
+            self._broker_unreachable(exc)
+            return 0
         if backlog is None:
             return wanted
         free_messages = self.settings.max_queued_messages - backlog

@@ -8,6 +8,7 @@ import pytest
 from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
+from kombu.exceptions import OperationalError as KombuOperationalError
 
 from tasksapp.engine import sql
 from tasksapp.engine.dispatcher.coordination import PostgresCoordinator
@@ -184,6 +185,51 @@ def test_backpressure_holds_due_jobs_until_the_queue_drains(loops, fast):
     broker.waiting = 0
     run_until(lambda: broker.claims, loop)
     assert broker.claims[0][0] == job.id
+
+
+class DownBroker(RecordingPublisher):
+    """A broker that cannot be reached (as kombu reports it) until `down` is cleared;
+    `publish_fails` breaks only the publish, after the queue was read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+        self.publish_fails = False
+
+    def backlog(self) -> int:
+        if self.down:
+            raise KombuOperationalError("Error 111 connecting. Connection refused.")
+        return 0
+
+    def __call__(self, batches):
+        if self.down or self.publish_fails:
+            raise KombuOperationalError("Error 111 connecting. Connection refused.")
+        super().__call__(batches)
+
+
+def test_a_broker_that_cannot_be_reached_stops_claims_not_the_dispatcher(loops, fast):
+    broker = DownBroker()
+    job = schedule(-0.01)
+    loop = loops("d1", broker)
+    for _ in range(5):
+        loop.step(wait=True)
+    assert Job.objects.get(id=job.id).state == JobState.SCHEDULED  # nothing claimed meanwhile
+    broker.down = False
+    run_until(lambda: broker.claims, loop)
+    assert broker.claims[0][0] == job.id
+
+
+def test_a_publish_that_fails_leaves_the_claim_to_the_reaper(loops, fast, settings):
+    settings.TEMPO = {**settings.TEMPO, "CLAIM_TTL_SECONDS": 0.5}
+    broker = DownBroker()
+    broker.down, broker.publish_fails = False, True
+    job = schedule(-0.01)
+    loop = loops("d1", broker)
+    run_until(lambda: Job.objects.get(id=job.id).state == JobState.CLAIMED, loop)
+    broker.publish_fails = False
+    run_until(lambda: broker.claims, loop, timeout=10)  # returned by the reaper, claimed again
+    assert broker.claims[0][0] == job.id
+    assert Job.objects.get(id=job.id).lease_token >= 2
 
 
 def test_a_burst_larger_than_one_poll_page_is_fetched_in_pages(loops, publisher, fast, settings):
