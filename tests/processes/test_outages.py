@@ -6,6 +6,16 @@ import uuid
 import psycopg
 import pytest
 
+from tests.processes.inflight import (
+    MODES,
+    create_tables,
+    database_now,
+    effects,
+    insert_blocking,
+    jobs,
+    wait_for_state,
+    wait_until_running,
+)
 from tests.processes.support import (
     EFFECTS_TABLE,
     Cluster,
@@ -19,6 +29,8 @@ from tests.processes.support import (
 )
 
 pytestmark = pytest.mark.processes
+
+RECORD = "tests.handlers.recording.record"
 
 
 @pytest.fixture
@@ -47,22 +59,123 @@ def assert_all_ran_exactly_once(conn, count):
     assert early.fetchone()[0] == 0
 
 
-def test_redis_flushed_mid_run_loses_and_doubles_nothing(db_url, sql, private_redis, tmp_path):
+def queued(port: int, queue: str) -> int:
     import redis
 
+    client = redis.Redis(port=port)
+    try:
+        return client.llen(queue)
+    finally:
+        client.close()
+
+
+def test_redis_flushed_mid_run_loses_and_doubles_nothing(db_url, sql, private_redis, tmp_path):
+    """The worker's two slots run blocking handlers; 30 more jobs (10 per delivery mode)
+    are claimed and their messages wait in Redis when it is flushed. Those claims expire
+    and are claimed again (no attempt used, at most once included); the running jobs
+    finish undisturbed; every job has one effect."""
+    import redis
+
+    create_tables(sql)
     cluster = Cluster(
         database_url=db_url, broker_url=private_redis.url, queue="tempo", logs=tmp_path
     )
     try:
         cluster.dispatcher("d1")
         cluster.dispatcher("d2")
-        cluster.worker("w1", concurrency=8)
-        insert_jobs(sql, count=400, start=3, spread=10)
-        time.sleep(7)
+        cluster.worker("w1", concurrency=2)
+        running = insert_blocking(sql, count=2, delivery="transactional", block=6, key="busy")
+        wait_until_running(sql, running)
+        waiting = sorted(
+            job_id
+            for delivery in MODES
+            for job_id in insert_blocking(sql, count=10, delivery=delivery, block=0, key="wait")
+        )
+        wait_for_state(sql, waiting, "claimed", timeout=20)
+        in_queue = queued(private_redis.port, "tempo")
+        assert in_queue > 0  # their messages are in Redis, not yet taken by the worker
         redis.Redis(port=private_redis.port).flushall()
-        assert_all_ran_exactly_once(sql, 400)
-        reaped = sql.execute("SELECT sum(reaped) FROM tasksapp_dispatchercounter").fetchone()
-        assert reaped[0] is None or reaped[0] >= 0  # recovered claims are counted
+        flushed_at = database_now(sql)
+
+        everything = running + waiting
+        wait_for_state(sql, everything, "succeeded", timeout=60)
+        rows, done = jobs(sql, everything), effects(sql, everything)
+        for job_id in everything:
+            assert rows[job_id]["attempts"] == 1 and rows[job_id]["errors"] == [], rows[job_id]
+            assert done[job_id] == [(1, rows[job_id]["key"])], (job_id, done[job_id])
+        assert {rows[job_id]["token"] for job_id in running} == {1}
+        assert all(rows[job_id]["token"] >= 2 for job_id in waiting)  # claimed again
+        wait_for(  # the expired claims were returned by a reaper (counted at its heartbeat)
+            lambda: sql.execute("SELECT sum(reaped) FROM tasksapp_dispatchercounter").fetchone()[0],
+            timeout=30,
+            message="reaped claims counted",
+        )
+        recovered = sql.execute(
+            "SELECT max(extract(epoch FROM finished_at - %s)) FROM tasksapp_job WHERE id = ANY(%s)",
+            [flushed_at, waiting],
+        ).fetchone()[0]
+        print(f"{in_queue} messages flushed; their jobs all done {recovered:.2f} s later")
+        assert recovered < 20  # claim lease (4 s) + reap + a new claim, with slack
+    finally:
+        cluster.stop()
+
+
+def test_broker_down_claims_stay_bounded_and_everything_runs_when_it_returns(
+    db_url, sql, private_redis, tmp_path
+):
+    """The broker (a Redis of the test's own) stops for 10 s while jobs fall due and
+    handlers run, then starts again on the same port. Meanwhile the dispatchers stay up
+    and hold no more claims than jobs are due; afterwards every job has run once."""
+    create_tables(sql)
+    cluster = Cluster(
+        database_url=db_url, broker_url=private_redis.url, queue="tempo", logs=tmp_path
+    )
+    try:
+        cluster.dispatcher("d1")
+        cluster.dispatcher("d2")
+        cluster.worker("w1", concurrency=4)
+        running = insert_blocking(sql, count=2, delivery="at_least_once", block=4, key="busy")
+        wait_until_running(sql, running)
+        insert_jobs(sql, count=60, start=0.5, spread=15)
+        private_redis.stop()
+        stopped = time.monotonic()
+        most_claimed = 0
+        while time.monotonic() - stopped < 10:
+            claimed, due = sql.execute(
+                "SELECT count(*) FILTER (WHERE state = 'claimed'),"
+                " count(*) FILTER (WHERE run_at <= clock_timestamp() + interval '1 second')"
+                " FROM tasksapp_job WHERE handler = %s",
+                [RECORD],
+            ).fetchone()
+            assert claimed <= due
+            most_claimed = max(most_claimed, claimed)
+            time.sleep(0.25)
+        assert cluster.processes["d1"].poll() is None and cluster.processes["d2"].poll() is None
+        private_redis.start()
+        restarted_at = database_now(sql)
+
+        wait_for(
+            lambda: outcome(sql).get("succeeded") == 62,
+            timeout=90,
+            message="all 62 succeeded",
+        )
+        counts = effect_counts(sql)
+        assert len(counts) == 60 and set(counts.values()) == {1}
+        done = effects(sql, running)
+        assert all(len(done[job_id]) >= 1 for job_id in running)
+        assert len({key for job_id in running for _, key in done[job_id]}) == 2  # one key each
+        early = sql.execute("SELECT count(*) FROM tasksapp_job WHERE started_at < run_at")
+        assert early.fetchone()[0] == 0
+        recovered = sql.execute(  # the jobs that fell due while the broker was down
+            "SELECT max(extract(epoch FROM started_at - %s)) FROM tasksapp_job"
+            " WHERE run_at < %s AND handler = %s",
+            [restarted_at, restarted_at, RECORD],
+        ).fetchone()[0]
+        print(
+            f"broker down 10 s: at most {most_claimed} claimed;"
+            f" what fell due meanwhile started within {recovered:.2f} s of its return"
+        )
+        assert recovered < 30  # the worker's reconnection back-off, with slack
     finally:
         cluster.stop()
 
