@@ -10,6 +10,19 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["tasksapp.engine.worker", "tasksapp.recurring"])
 
 
+def _route_to_tempo_queue(name, args, kwargs, options, task=None, **kw):
+    """The app's tasks sent without a queue — beat's daily planner — go to the queue the
+    workers consume (`TEMPO_QUEUE`): Celery's default queue, "celery", has no consumer."""
+    if not name.startswith("tasksapp."):
+        return None
+    from django.conf import settings
+
+    return {"queue": settings.TEMPO["QUEUE"]}
+
+
+app.conf.task_routes = (_route_to_tempo_queue,)
+
+
 def _install_worker_steps() -> None:
     from tasksapp.engine.worker.wakeup import HubWakeup
 
