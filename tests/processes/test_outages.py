@@ -13,6 +13,7 @@ from tests.processes.inflight import (
     effects,
     insert_blocking,
     jobs,
+    starts,
     wait_for_state,
     wait_until_running,
 )
@@ -47,16 +48,44 @@ def private_postgres():
     server.stop()
 
 
-def assert_all_ran_exactly_once(conn, count):
-    wait_for(
-        lambda: outcome(conn).get("succeeded") == count,
-        timeout=60,
-        message=f"all {count} succeeded",
-    )
+def assert_all_ran_exactly_once(conn, count, *, handler=RECORD):
+    def succeeded() -> int:
+        return conn.execute(
+            "SELECT count(*) FROM tasksapp_job WHERE state = 'succeeded' AND handler = %s",
+            [handler],
+        ).fetchone()[0]
+
+    wait_for(lambda: succeeded() == count, timeout=60, message=f"all {count} succeeded")
     effects = effect_counts(conn)
     assert len(effects) == count and set(effects.values()) == {1}
-    early = conn.execute("SELECT count(*) FROM tasksapp_job WHERE started_at < run_at")
+    early = conn.execute(
+        "SELECT count(*) FROM tasksapp_job WHERE started_at < run_at AND handler = %s", [handler]
+    )
     assert early.fetchone()[0] == 0
+
+
+def assert_guarantees_held(conn, blocked: dict[str, list[int]]) -> None:
+    """Handlers that ran across a database outage: what each delivery mode promises,
+    whichever way each job went (finished, or its lease lost and run again)."""
+    for delivery, ids in blocked.items():
+        final = ("succeeded", "lost") if delivery == "at_most_once" else ("succeeded",)
+        wait_for(
+            lambda ids=ids, final=final: all(
+                job["state"] in final for job in jobs(conn, ids).values()
+            ),
+            timeout=60,
+            message=f"{delivery} jobs finished",
+        )
+        rows, done, began = jobs(conn, ids), effects(conn, ids), starts(conn, ids)
+        for job_id in ids:
+            job, keys = rows[job_id], {key for _, key in done[job_id]}
+            assert keys == {job["key"]}, (job_id, done[job_id])
+            if delivery == "transactional":  # one committed effect, of the last attempt
+                assert [attempt for attempt, _ in done[job_id]] == [job["attempts"]], job_id
+            elif delivery == "at_least_once":  # one effect per attempt begun
+                assert [attempt for attempt, _ in done[job_id]] == began[job_id], job_id
+            else:  # never begun twice
+                assert began[job_id] == [1] and len(done[job_id]) == 1, job_id
 
 
 def queued(port: int, queue: str) -> int:
@@ -191,14 +220,22 @@ def test_postgres_restarted_mid_run_loses_and_doubles_nothing(
     try:
         with psycopg.connect(private_postgres.url, autocommit=True) as conn:
             conn.execute(EFFECTS_TABLE)
+            create_tables(conn)
             cluster.dispatcher("d1")
             cluster.dispatcher("d2")
-            cluster.worker("w1", concurrency=8)
+            cluster.worker("w1", concurrency=16)
             insert_jobs(conn, count=400, start=3, spread=12)
-        time.sleep(7)
+            # Handlers that run across the restart, three per delivery mode.
+            blocked = {
+                delivery: insert_blocking(conn, count=3, delivery=delivery, block=8)
+                for delivery in MODES
+            }
+            wait_until_running(conn, [i for ids in blocked.values() for i in ids])
+        time.sleep(5)
         private_postgres.restart()
         with psycopg.connect(private_postgres.url, autocommit=True) as conn:
-            assert_all_ran_exactly_once(conn, 400)
+            assert_all_ran_exactly_once(conn, 400, handler=RECORD)
+            assert_guarantees_held(conn, blocked)
         assert "reconnecting" in cluster.log("d1") + cluster.log("d2")
     finally:
         cluster.stop()
