@@ -49,7 +49,7 @@ COUNTER_FIELDS = (
 HEARTBEAT_SECONDS = 10.0
 MAX_WAIT_SECONDS = 0.1  # wake up this often to notice signals (no query is made)
 # The broker unreachable (kombu's connection errors): nothing is claimed meanwhile, and
-# it is asked again this often.
+# it is not asked again for this long (each ask makes one connection retry, after 2 s).
 BROKER_ERRORS = (KombuOperationalError, OSError)
 BROKER_RETRY_SECONDS = 1.0
 
