@@ -195,3 +195,51 @@ def test_a_warm_shutdown_with_a_hung_handler_ends_at_its_limit(cluster, sql):
     row = job_row(sql, job)
     assert row["state"] == "failed" and row["errors"][-1]["kind"] == "time_limit", row
     assert leased(sql) == 0
+
+
+BATCH = """
+INSERT INTO tasksapp_job (handler, payload, run_at, state, attempts, max_attempts,
+    retry_policy, delivery, idempotency_key, lease_token, claimed_by, last_error, errors,
+    time_limit)
+SELECT h.handler, '{}',
+    statement_timestamp() + make_interval(secs => 3 - CASE WHEN h.n = 1 THEN 0.0002 ELSE 0 END),
+    'scheduled', 0, 1, '{"delays": [0]}', 'transactional', md5(random()::text || h.n), 0, '',
+    '', '[]', 2
+FROM unnest(%(handlers)s::text[]) WITH ORDINALITY AS h(handler, n)
+ORDER BY h.n
+"""
+
+
+def test_a_hung_handler_s_batch_is_recorded_or_handed_back(
+    db_url, broker_url, queue_name, sql, tmp_path
+):
+    """One message holds the hung job and three others (fan-out 1): the child ends at the
+    hung one's limit, and each other job runs exactly once, its attempt counted once —
+    recorded before the end, or handed back unbegun and run by the next child."""
+    cluster = Cluster(
+        database_url=db_url,
+        broker_url=broker_url,
+        queue=queue_name,
+        logs=tmp_path,
+        TEMPO_FANOUT="1",
+    )
+    try:
+        cluster.dispatcher("d1")
+        start_worker(cluster, "w1", pool="prefork")
+        wait_ready(sql)
+        sql.execute(BATCH, {"handlers": [HANG, RECORD, RECORD, RECORD]})
+        wait_for(lambda: outcome(sql).get("succeeded") == 3, timeout=30, message="the others")
+        rows = sql.execute(
+            "SELECT handler, state, attempts, errors FROM tasksapp_job ORDER BY id"
+        ).fetchall()
+        effects = dict(sql.execute("SELECT job_id, count(*) FROM test_effects GROUP BY job_id"))
+        ids = [r[0] for r in sql.execute("SELECT id FROM tasksapp_job ORDER BY id")]
+        handed_back = [line for line in cluster.log("w1").splitlines() if "handed back" in line]
+        print(handed_back)
+    finally:
+        cluster.stop()
+    (hung, *others) = rows
+    assert hung[1] == "dead" and hung[3][-1]["kind"] == "time_limit", hung
+    assert [(state, attempts) for _, state, attempts, _ in others] == [("succeeded", 1)] * 3
+    assert [effects.get(i) for i in ids[1:]] == [1, 1, 1]
+    assert leased(sql) == 0
