@@ -199,7 +199,11 @@ def test_graceful_sigterm_leaves_no_job_claimed_by_the_stopped_dispatcher(cluste
     cluster.worker("w1")
     insert_jobs(sql, count=300, start=3, spread=6)
     time.sleep(5)
+    pending = sql.execute(
+        "SELECT count(*) FROM tasksapp_job WHERE state IN ('scheduled', 'claimed')"
+    ).fetchone()[0]
     cluster.kill("d1", signal.SIGTERM)
+    assert pending >= 100  # it is stopped with about two thirds of the jobs still ahead
     assert cluster.processes["d1"].wait(timeout=10) == 0
     time.sleep(1)  # the worker starts what was already handed to it
     stuck = sql.execute(
