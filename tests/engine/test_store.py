@@ -179,6 +179,7 @@ def test_the_reaper_handles_a_lost_running_job_per_delivery(store, delivery, att
     job = JobFactory(delivery=delivery, max_attempts=5)
     running(store, job)
     Job.objects.filter(id=job.id).update(attempts=attempts)
+    planned = Job.objects.get(id=job.id).run_at
     expire(job)
     assert store.reap_expired(partitions=16, owned=ALL, error=LEASE_LOST).count == 1
     job.refresh_from_db()
@@ -186,6 +187,10 @@ def test_the_reaper_handles_a_lost_running_job_per_delivery(store, delivery, att
     assert [(e["attempt"], e["error"], e["kind"]) for e in job.errors] == [
         (attempts, LEASE_LOST, "lease_expired")
     ]
+    if expected == JobState.FAILED:
+        assert job.run_at > planned  # the retry is due now
+    else:
+        assert job.run_at == planned  # a lost or dead job keeps its run time
 
 
 def test_the_reaper_only_touches_owned_partitions(store):

@@ -176,7 +176,10 @@ WITH expired AS (
                      WHEN j.delivery = {AT_MOST_ONCE} THEN {LOST}
                      WHEN j.attempts >= j.max_attempts THEN {DEAD}
                      ELSE {FAILED} END,
-        run_at = CASE WHEN j.state = {RUNNING} THEN clock_timestamp() ELSE j.run_at END,
+        run_at = CASE WHEN j.state = {RUNNING} AND j.delivery <> {AT_MOST_ONCE}
+                           AND j.attempts < j.max_attempts
+                      THEN clock_timestamp()  -- a retry, due now
+                      ELSE j.run_at END,  -- claimed again, lost or dead: as it was
         finished_at = CASE WHEN j.state = {RUNNING} THEN clock_timestamp()
                            ELSE j.finished_at END,
         last_error = CASE WHEN j.state = {RUNNING} THEN %(error)s ELSE j.last_error END,

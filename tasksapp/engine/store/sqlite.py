@@ -141,9 +141,11 @@ class SqliteJobStore(InsertsBySource):
     def _lose_running(self, job: Job, now: dt.datetime, error: str) -> int:
         entry = _error_entry(job.attempts, now, error, LEASE_EXPIRED_KIND)
         held = Job.objects.filter(id=job.id, state=JobState.RUNNING, lease_token=job.lease_token)
+        state = _lost_state(job)
         return held.update(
-            state=_lost_state(job),
-            run_at=now,
+            state=state,
+            # A retry is due now; a lost or dead job keeps the run time it had.
+            run_at=now if state == JobState.FAILED else job.run_at,
             finished_at=now,
             last_error=error,
             errors=[*job.errors, entry],
