@@ -22,7 +22,15 @@ from queue import Empty, SimpleQueue
 from typing import Any
 
 from celery.exceptions import WorkerShutdown, WorkerTerminate
-from django.db import DataError, IntegrityError, close_old_connections, connection, transaction
+from django.db import (
+    DataError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 from django.db.models import F
 from django.utils import timezone
 
@@ -322,7 +330,7 @@ def execute_batch(claims: Sequence[Sequence[int | float]]) -> int:
                 finished_ok.append(outcome)
             else:
                 keeper.release(job.id, succeeded=status is RunOutcome.RECORDED_SUCCESS)
-        done = _record_successes(finished_ok, {job.id: job for job in started})
+        done = _record_successes(finished_ok, {job.id: job for job in started}, within=keeper.ttl)
         for job_id, *_ in finished_ok:
             keeper.release(job_id, succeeded=job_id in done)
     finally:
@@ -332,11 +340,33 @@ def execute_batch(claims: Sequence[Sequence[int | float]]) -> int:
     return len(started)
 
 
-def _record_successes(outcomes: list, jobs: dict[int, StartedJob]) -> set[int]:
+RECONNECT_PAUSES = (0.25, 0.5, 1.0, 2.0)  # seconds between tries to record successes
+
+
+def _succeed_reconnecting(outcomes: list, *, within: float) -> set[int]:
+    """job_succeed, tried again on a new connection while the database is away (a
+    restart) for at most `within` seconds (the lease): handlers that ran are recorded as
+    such, not left to expire into a re-run (at least once) or `lost` (at most once).
+    The update is fenced by each job's token, so a try that did commit before the
+    connection broke makes the next one a no-op."""
+    deadline, pauses = time.monotonic() + within, iter(RECONNECT_PAUSES)
+    while True:
+        try:
+            return job_succeed(outcomes=outcomes)
+        except (OperationalError, InterfaceError):
+            pause = next(pauses, None)
+            if pause is None or time.monotonic() + pause > deadline:
+                raise
+            log.warning("recording %s successes failed: reconnecting in %s s", len(outcomes), pause)
+            connection.close()
+            time.sleep(pause)
+
+
+def _record_successes(outcomes: list, jobs: dict[int, StartedJob], *, within: float) -> set[int]:
     """The batch's successes in one statement; if the data of one of them is refused, each
     on its own, and the refused one fails (its outcome alone, never its neighbours')."""
     try:
-        return job_succeed(outcomes=outcomes)
+        return _succeed_reconnecting(outcomes, within=within)
     except (DataError, IntegrityError):
         log.warning("a batch's successes were refused as one; recording them one by one")
     done: set[int] = set()

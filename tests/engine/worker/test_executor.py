@@ -343,3 +343,25 @@ def test_a_prefork_child_past_a_limit_records_settles_its_batch_and_ends(monkeyp
     join()  # (the process was not really ended: its late outcomes are fenced off)
     hung.refresh_from_db()
     assert hung.state == JobState.FAILED and len(hung.errors) == 1
+
+
+@pytest.mark.parametrize("delivery", ["at_least_once", "at_most_once"])
+def test_successes_are_recorded_on_a_new_connection_after_the_database_came_back(
+    monkeypatch, effects, delivery
+):
+    """A restart between the handler and the record: the worker reconnects and records
+    the success, instead of leaving the job to run again or end `lost`."""
+    job = JobFactory(handler="tests.handlers.recording.echo", delivery=delivery)
+    (claim,) = job_claim_due(ids=[job.id], owner="d", ttl=10)
+    real, failures = executor.job_succeed, []
+
+    def away_twice(**kwargs):
+        if len(failures) < 2:
+            failures.append(1)
+            raise OperationalError("server closed the connection unexpectedly")
+        return real(**kwargs)
+
+    monkeypatch.setattr(executor, "job_succeed", away_twice)
+    assert execute_batch([[claim.id, claim.token, claim.run_at_ms]]) == 1
+    job.refresh_from_db()
+    assert (job.state, job.attempts, len(failures)) == (JobState.SUCCEEDED, 1, 2)
