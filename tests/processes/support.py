@@ -83,7 +83,7 @@ class Cluster:
     def dispatcher(self, name: str) -> subprocess.Popen:
         return self._start(name, [sys.executable, "manage.py", "dispatcher", "--name", name])
 
-    def worker(self, name: str, *, concurrency: int = 4) -> subprocess.Popen:
+    def worker(self, name: str, *, concurrency: int = 4, pool: str = "threads") -> subprocess.Popen:
         celery = str(Path(sys.executable).with_name("celery"))
         return self._start(
             name,
@@ -95,7 +95,7 @@ class Cluster:
                 "-Q",
                 self.queue,
                 "-P",
-                "threads",
+                pool,
                 "-c",
                 str(concurrency),
                 "-n",

@@ -7,9 +7,7 @@ at the limit, before the lease (no longer renewed) can expire and the job be re-
 """
 
 import signal
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -63,27 +61,7 @@ def add_job(
 
 
 def start_worker(cluster: Cluster, name: str, *, pool: str, concurrency: int = 1):
-    celery = str(Path(sys.executable).with_name("celery"))
-    return cluster._start(
-        name,
-        [
-            celery,
-            "-A",
-            "schedapp",
-            "worker",
-            "-Q",
-            cluster.queue,
-            "-P",
-            pool,
-            "-c",
-            str(concurrency),
-            "-n",
-            f"{name}.{cluster.queue}@%h",  # the queue in the node name: see purge_queue
-            "--without-gossip",
-            "--without-mingle",
-            "--loglevel=WARNING",
-        ],
-    )
+    return cluster.worker(name, concurrency=concurrency, pool=pool)
 
 
 def wait_ready(sql) -> None:
