@@ -151,7 +151,15 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+# A connection pooler in transaction mode (PgBouncer `pool_mode = transaction`) between
+# every process and PostgreSQL: "transaction"; empty for direct connections (the default).
+# Through such a pooler no session state survives a transaction, so Tempo then sets none
+# (no prepared statements, no session settings, no server-side cursors), and dispatchers
+# keep their advisory locks and LISTEN on TEMPO_SESSION_DATABASE_URL, a direct connection.
+TEMPO_DB_POOLER = env.str("TEMPO_DB_POOLER", default="")
+TEMPO_SESSION_DATABASE_URL = env.str("TEMPO_SESSION_DATABASE_URL", default="")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = bool(TEMPO_DB_POOLER)
     # A peer that vanished behind a silent network (no FIN, no RST) is noticed on both
     # sides: libpq's keepalives and TCP user timeout end this process's connection, and
     # the same settings sent to the server end its backend, releasing the session's
@@ -172,11 +180,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     )
     # Sent as startup options; a pooler that refuses them (PgBouncer without
     # `ignore_startup_parameters = options`) needs TEMPO_DB_SERVER_KEEPALIVES=false.
-    if env.bool("TEMPO_DB_SERVER_KEEPALIVES", default=True):
-        _options["options"] = (
-            f"-c tcp_keepalives_idle={_idle} -c tcp_keepalives_interval={_interval}"
-            f" -c tcp_keepalives_count={_count} -c tcp_user_timeout={_user_timeout_ms}"
-        )
+    # A pooler keeps its own server connections: set their keepalives in its configuration.
+    TEMPO_DB_SERVER_OPTIONS = (
+        f"-c tcp_keepalives_idle={_idle} -c tcp_keepalives_interval={_interval}"
+        f" -c tcp_keepalives_count={_count} -c tcp_user_timeout={_user_timeout_ms}"
+    )
+    if env.bool("TEMPO_DB_SERVER_KEEPALIVES", default=not TEMPO_DB_POOLER):
+        _options["options"] = TEMPO_DB_SERVER_OPTIONS
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -326,7 +336,10 @@ TEMPO = {
     # Dispatchers and workers commit asynchronously (tasksapp/engine/sessions.py).
     "ASYNC_COMMIT": env.bool("TEMPO_ASYNC_COMMIT", default=True),
     # The per-job statements are prepared once per session (tasksapp/engine/sessions.py).
-    "PREPARED_STATEMENTS": env.bool("TEMPO_PREPARED_STATEMENTS", default=True),
+    "PREPARED_STATEMENTS": env.bool("TEMPO_PREPARED_STATEMENTS", default=not TEMPO_DB_POOLER),
+    # See TEMPO_DB_POOLER above (docs/DEPLOYMENT.md, connection poolers).
+    "DB_POOLER": TEMPO_DB_POOLER,
+    "SESSION_DATABASE_URL": TEMPO_SESSION_DATABASE_URL,
     # "database": dispatchers poll and hold due jobs in memory (the default);
     # "redis": a Redis due index says what is due (docs/ARCHITECTURE.md, dispatch modes).
     "DISPATCH_MODE": env.str("TEMPO_DISPATCH_MODE", default="database"),

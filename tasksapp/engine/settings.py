@@ -17,6 +17,7 @@ from django.core.signals import setting_changed
 from tasksapp.engine import sql
 
 DISPATCH_MODES = ("database", "redis")
+DB_POOLERS = ("", "transaction")
 _TYPES = {"bool": bool, "float": float, "int": int, "str": str}
 
 
@@ -41,6 +42,8 @@ class TempoSettings:
     queue: str
     async_commit: bool
     prepared_statements: bool
+    db_pooler: str
+    session_database_url: str
     dispatch_mode: str
     index_redis_url: str
     index_prefix: str
@@ -55,6 +58,15 @@ class TempoSettings:
     def __post_init__(self) -> None:
         if not self.default_time_limit_seconds > 0:
             raise ValueError("TEMPO_DEFAULT_TIME_LIMIT_SECONDS must be a positive number")
+        if self.db_pooler not in DB_POOLERS:
+            raise ValueError(
+                f"TEMPO_DB_POOLER must be empty or transaction, not {self.db_pooler!r}"
+            )
+        if self.db_pooler and self.prepared_statements:
+            raise ValueError(
+                "TEMPO_PREPARED_STATEMENTS needs a session connection: turn it off "
+                "behind a transaction pooler"
+            )
         if self.dispatch_mode not in DISPATCH_MODES:
             raise ValueError(
                 f"TEMPO_DISPATCH_MODE must be database or redis, not {self.dispatch_mode!r}"
@@ -75,6 +87,11 @@ class TempoSettings:
             raise ValueError(
                 "TEMPO_LOOKAHEAD_SECONDS must not exceed the notify window "
                 f"({sql.NOTIFY_WINDOW_SECONDS} s)"
+            )
+        if listen_notify and self.db_pooler and not self.session_database_url:
+            raise ValueError(
+                "TEMPO_DB_POOLER=transaction: a dispatcher needs TEMPO_SESSION_DATABASE_URL, "
+                "a direct connection to PostgreSQL for its advisory locks and LISTEN"
             )
         if not listen_notify and self.dispatch_mode == "redis":
             raise ValueError("TEMPO_DISPATCH_MODE=redis needs PostgreSQL (LISTEN/NOTIFY)")

@@ -33,3 +33,35 @@ def test_the_process_wide_settings_are_read_again_after_an_override(settings):
     assert tempo_settings() is before  # read once
     settings.TEMPO = {**settings.TEMPO, "BATCH_PARALLELISM": before.batch_parallelism + 1}
     assert tempo_settings().batch_parallelism == before.batch_parallelism + 1
+
+
+def test_a_pooler_setting_must_be_known_and_without_prepared_statements(settings):
+    settings.TEMPO = {**settings.TEMPO, "DB_POOLER": "statement"}
+    with pytest.raises(ValueError, match="TEMPO_DB_POOLER must be empty or transaction"):
+        TempoSettings.load()
+    settings.TEMPO = {**settings.TEMPO, "DB_POOLER": "transaction", "PREPARED_STATEMENTS": True}
+    with pytest.raises(ValueError, match="TEMPO_PREPARED_STATEMENTS needs a session"):
+        TempoSettings.load()
+
+
+def test_a_dispatcher_behind_a_pooler_needs_a_direct_session_url(settings):
+    pooled = {**settings.TEMPO, "DB_POOLER": "transaction", "PREPARED_STATEMENTS": False}
+    settings.TEMPO = {**pooled, "SESSION_DATABASE_URL": ""}
+    with pytest.raises(ValueError, match="needs TEMPO_SESSION_DATABASE_URL"):
+        TempoSettings.load().check_dispatch(listen_notify=True)
+    settings.TEMPO = {**pooled, "SESSION_DATABASE_URL": "postgres://tempo:pw@db.internal:5433/jobs"}
+    TempoSettings.load().check_dispatch(listen_notify=True)
+
+
+@pytest.mark.django_db
+def test_the_session_connection_goes_to_the_direct_url_with_server_keepalives(settings):
+    from tasksapp.engine.store.pg_session import session_connection_params
+
+    settings.TEMPO = {
+        **settings.TEMPO,
+        "SESSION_DATABASE_URL": "postgres://tempo:pw@db.internal:5433/jobs",
+    }
+    params = session_connection_params()
+    assert (params["host"], params["port"], params["dbname"]) == ("db.internal", 5433, "jobs")
+    assert (params["user"], params["password"]) == ("tempo", "pw")
+    assert "tcp_keepalives_idle" in params["options"] and params["keepalives"] == 1

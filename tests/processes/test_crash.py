@@ -234,9 +234,15 @@ def test_a_duplicated_message_does_not_start_a_job_twice(cluster, sql):
         " lease_expires_at = clock_timestamp() + interval '30 seconds'"
         " RETURNING lease_token, floor(extract(epoch FROM run_at) * 1000)::bigint"
     ).fetchone()
-    app.conf.broker_url = cluster.env["CELERY_BROKER_URL"]
-    for _ in range(3):
-        app.send_task(RUN_JOBS, args=[[[job_id, token, run_at_ms]]], queue=cluster.queue)
+    # On the cluster's broker, whatever this process's app was first connected to.
+    with app.connection_for_write(cluster.env["CELERY_BROKER_URL"]) as broker:
+        for _ in range(3):
+            app.send_task(
+                RUN_JOBS,
+                args=[[[job_id, token, run_at_ms]]],
+                queue=cluster.queue,
+                connection=broker,
+            )
     cluster.worker("w1")
     wait_for(lambda: outcome(sql).get("succeeded") == 1, timeout=20, message="job succeeded")
     time.sleep(1)

@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass, field
 
 import psycopg
-from django.db import connection
 
 from tasksapp.engine import sql
 from tasksapp.engine.clock import ClockOffset
+from tasksapp.engine.store.pg_session import session_connection_params
 
 log = logging.getLogger(__name__)
 
@@ -129,9 +129,7 @@ class PostgresCoordinator:
 
     # -- session ----------------------------------------------------------------------
     def connect(self) -> None:
-        params = connection.get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
+        params = session_connection_params()
         self._conn = psycopg.connect(**params, autocommit=True)
         self._conn.execute(f"LISTEN {sql.NOTIFY_CHANNEL}")
         self._conn.execute(

@@ -85,9 +85,11 @@ class CeleryPublisher:
     def warm_up(self) -> None:
         from tasksapp.engine.worker.tasks import RUN_JOBS  # noqa: F401  (imported once, here)
 
+        with self.app.producer_or_acquire() as producer:
+            # AMQP drops a message sent to a queue nobody declared yet (no worker started
+            # so far): declare it as the workers do. On Redis this is a no-op binding.
+            producer.maybe_declare(self.app.amqp.queues[self.queue])
         self.backlog()
-        with self.app.producer_or_acquire():
-            pass
 
     def backlog(self) -> int | None:
         """Messages waiting in the queue, or None if the broker cannot tell; raises one of

@@ -8,15 +8,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import environ
 import psycopg
+from django.conf import settings as django_settings
 from django.db import connection, transaction
 
 from tasksapp.engine.settings import tempo_settings
 
 
 def configure_session(conn: Any) -> None:
-    """An engine session commits asynchronously (if enabled)."""
-    if tempo_settings().async_commit:
+    """An engine session commits asynchronously (if enabled). Behind a transaction pooler
+    a session setting would outlive the transaction on a server connection that other
+    clients share (the web's writes among them): the pooler's own per-database
+    `connect_query` sets it there instead (docs/DEPLOYMENT.md)."""
+    settings = tempo_settings()
+    if settings.async_commit and not settings.db_pooler:
         with conn.cursor() as cursor:
             cursor.execute("SET synchronous_commit TO off")
 
@@ -73,3 +79,24 @@ class _Prepared:
 
     def fetchone(self) -> tuple | None:
         return self._cursor.fetchone()
+
+
+def session_connection_params() -> dict[str, Any]:
+    """Connection parameters for a dispatcher's own sessions (advisory locks, LISTEN):
+    the default database's, or, when set, those of TEMPO_SESSION_DATABASE_URL — a direct
+    connection past a transaction pooler, which can hold neither. Keepalives included."""
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    url = tempo_settings().session_database_url
+    if url:
+        direct = environ.Env.db_url_config(url)
+        params.update(
+            dbname=direct["NAME"],
+            user=direct["USER"],
+            password=direct["PASSWORD"],
+            host=direct["HOST"],
+            port=direct["PORT"] or 5432,
+        )
+        params["options"] = django_settings.TEMPO_DB_SERVER_OPTIONS
+    return {key: value for key, value in params.items() if value not in (None, "")}
