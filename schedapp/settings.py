@@ -274,6 +274,14 @@ if CELERY_BROKER_URL == "filesystem://":
         "store_processed": False,
         "polling_interval": 0.05,
     }
+elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    # A broker gone silent (no FIN, no RST) must fail a publish or a connect within
+    # seconds, not hold a dispatcher for the minutes TCP retransmits take.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "socket_connect_timeout": env.float("TEMPO_BROKER_CONNECT_TIMEOUT_SECONDS", default=3.0),
+        "socket_timeout": env.float("TEMPO_BROKER_SOCKET_TIMEOUT_SECONDS", default=3.0),
+        "socket_keepalive": True,
+    }
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

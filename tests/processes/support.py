@@ -48,8 +48,17 @@ class Cluster:
     """Dispatchers and Celery workers as real processes sharing one database and broker."""
 
     def __init__(
-        self, *, database_url: str, broker_url: str, queue: str, logs: Path, **settings: str
+        self,
+        *,
+        database_url: str,
+        broker_url: str,
+        queue: str,
+        logs: Path,
+        netns: str | None = None,
+        **settings: str,
     ) -> None:
+        # Processes of a simulated host run inside its network namespace.
+        self.prefix = ["ip", "netns", "exec", netns] if netns else []
         self.env = {
             **os.environ,
             "DATABASE_URL": database_url,
@@ -70,7 +79,7 @@ class Cluster:
     def _start(self, name: str, args: list[str]) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
         process = subprocess.Popen(
-            args,
+            [*self.prefix, *args],
             cwd=ROOT,
             env=self.env,
             stdout=log,
@@ -225,7 +234,8 @@ class PrivatePostgres:
 class PrivateRedis:
     """A Redis server of the test's own, on its own port, so it can be flushed."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, bind: str = "127.0.0.1") -> None:
+        self.bind = bind  # addresses, space-separated
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen | None = None
@@ -237,7 +247,9 @@ class PrivateRedis:
                 "--port",
                 str(self.port),
                 "--bind",
-                "127.0.0.1",
+                *self.bind.split(),
+                "--protected-mode",
+                "no",
                 "--save",
                 "",
                 "--appendonly",

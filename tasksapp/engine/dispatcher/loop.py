@@ -96,7 +96,7 @@ class CeleryPublisher:
         BROKER_ERRORS if it cannot be reached."""
         try:
             with self.app.pool.acquire(block=True) as conn:
-                conn.ensure_connection(max_retries=1)  # not kombu's 4 s of retries
+                conn.ensure_connection(max_retries=0)  # one attempt: not kombu's retries
                 return conn.default_channel.queue_declare(self.queue, passive=True).message_count
         except BROKER_ERRORS:
             raise
@@ -133,6 +133,7 @@ class DispatcherLoop:
         self.coordinator: PostgresCoordinator | LocalCoordinator | None = None
         self.record: Dispatcher | None = None
         self.source = self._due_source()
+        self.stepped_out = False  # out of the ring until the broker answers again
         self._reset_schedule()
 
     def _due_source(self) -> DueSource:
@@ -227,10 +228,15 @@ class DispatcherLoop:
 
     def step(self, *, wait: bool = True) -> None:
         try:
+            if self.stepped_out:
+                self._wait_for_broker(wait=wait)
+                return
             self._ensure_connected()
             if self.now_ms() >= self.next_coordination:
                 self._coordinate()
             self.source.step()
+            if self.stepped_out:  # the broker failed during this step
+                return
             if self.next_reap is not None and self.now_ms() >= self.next_reap:
                 self._reap()
             if self.now_ms() >= self.next_heartbeat:
@@ -297,6 +303,38 @@ class DispatcherLoop:
     def _broker_unreachable(self, exc: BaseException) -> None:
         log.warning("dispatcher %s: broker unreachable, claiming nothing: %s", self.name, exc)
         self.broker_retry_at = self.now_ms() + BROKER_RETRY_SECONDS * 1000
+        if self.uses_notify and not self.stepped_out:
+            self._step_out()
+
+    def _step_out(self) -> None:
+        """Out of the ring until the broker answers: jobs this instance cannot send are
+        better claimed by a peer that can. Ending the coordination session hands every
+        partition to the peers at once (their watcher sees this instance's lock go); with
+        the broker down for everyone, every instance waits out here alike."""
+        log.warning("dispatcher %s: handing its partitions to peers", self.name)
+        assert self.coordinator is not None
+        self.coordinator.close()
+        self.source.forget()
+        self.stepped_out = True
+        self._heartbeat()
+
+    def _wait_for_broker(self, *, wait: bool) -> None:
+        """Out of the ring: ask the broker again every second; rejoin once it answers."""
+        if wait:
+            deadline = time.monotonic() + BROKER_RETRY_SECONDS
+            while not self.stopping and time.monotonic() < deadline:
+                time.sleep(0.1)
+        if self.now_ms() >= self.next_heartbeat:
+            self._heartbeat()
+        backlog_of = getattr(self.publisher, "backlog", None)
+        try:
+            if backlog_of:
+                backlog_of()
+        except BROKER_ERRORS:
+            return
+        log.info("dispatcher %s: broker reachable again, rejoining", self.name)
+        self.stepped_out = False
+        self.broker_retry_at = 0.0
 
     def _room_for(self, wanted: int) -> int:
         """How many due jobs may be claimed now. Claiming faster than the workers start

@@ -219,6 +219,23 @@ def test_a_broker_that_cannot_be_reached_stops_claims_not_the_dispatcher(loops, 
     assert broker.claims[0][0] == job.id
 
 
+def test_a_dispatcher_that_cannot_reach_the_broker_hands_its_partitions_to_a_peer(loops, fast):
+    """Cut off from the broker (not from the database), an instance steps out of the ring:
+    its peer takes every partition and claims its jobs; it rejoins once the broker answers."""
+    healthy, cut_off = RecordingPublisher(), DownBroker()
+    cut_off.down = False
+    a, b = loops("a", healthy), loops("b", cut_off)
+    run_until(lambda: len(a.coordinator.owned) == len(b.coordinator.owned) == 8, a, b)
+    cut_off.down = True
+    jobs = [schedule(0.1) for _ in range(20)]
+    run_until(lambda: len(healthy.claims) == 20, a, b)
+    assert b.stepped_out and not b.coordinator.connected and len(a.coordinator.owned) == 16
+    assert {c[0] for c in healthy.claims} == {j.id for j in jobs} and cut_off.claims == []
+    cut_off.down = False
+    run_until(lambda: len(a.coordinator.owned) == len(b.coordinator.owned) == 8, a, b)
+    assert not b.stepped_out
+
+
 def test_a_publish_that_fails_leaves_the_claim_to_the_reaper(loops, fast, settings):
     settings.TEMPO = {**settings.TEMPO, "CLAIM_TTL_SECONDS": 0.5}
     broker = DownBroker()

@@ -1,0 +1,192 @@
+"""A multi-host rig on one machine: simulated hosts as Linux network namespaces, each
+joined to this host by a veth pair of its own, each running a dispatcher and a worker.
+PostgreSQL and Redis (the rig's own servers) listen on this host's end of every pair, so
+each host reaches them over its own link, which the rig can cut and heal (packets
+dropped both ways, no FIN, no RST: a partition, not a refused connection).
+
+Used by tests/cluster and bench/cluster. Needs root and iproute2; cutting links needs
+iptables inside the namespaces.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from tests.processes.support import Cluster, PrivatePostgres, PrivateRedis, migrate
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+def rig_unavailable() -> str | None:
+    """Why no rig can be made here, or None."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    for tool in ("ip", "iptables"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    probe = f"tempo-probe-{uuid.uuid4().hex[:6]}"
+    try:
+        _ip("netns", "add", probe)
+    except subprocess.CalledProcessError as exc:
+        return f"cannot make a network namespace: {exc.stderr.decode().strip()}"
+    try:
+        subprocess.run(
+            ["ip", "netns", "exec", probe, "iptables", "-L", "-n"], check=True, capture_output=True
+        )
+    except subprocess.CalledProcessError as exc:
+        return f"iptables does not work in a namespace: {exc.stderr.decode().strip()}"
+    finally:
+        _ip("netns", "delete", probe)
+    return None
+
+
+@dataclass
+class Host:
+    """One simulated host: a namespace and its link (a /30: .1 here, .2 inside)."""
+
+    name: str
+    ns: str
+    host_if: str
+    ns_if: str
+    gateway: str  # this machine's end: where the host reaches the servers
+    address: str  # the host's own address
+
+    def create(self) -> None:
+        _ip("netns", "add", self.ns)
+        _ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
+        _ip("link", "set", self.ns_if, "netns", self.ns)
+        _ip("addr", "add", f"{self.gateway}/30", "dev", self.host_if)
+        _ip("link", "set", self.host_if, "up")
+        _ip("-n", self.ns, "addr", "add", f"{self.address}/30", "dev", self.ns_if)
+        _ip("-n", self.ns, "link", "set", self.ns_if, "up")
+        _ip("-n", self.ns, "link", "set", "lo", "up")
+
+    def destroy(self) -> None:
+        subprocess.run(["ip", "link", "delete", self.host_if], capture_output=True)
+        subprocess.run(["ip", "netns", "delete", self.ns], capture_output=True)
+
+    def _drop_rules(self, port: int) -> list[list[str]]:
+        return [
+            ["OUTPUT", "-p", "tcp", "-d", self.gateway, "--dport", str(port), "-j", "DROP"],
+            ["INPUT", "-p", "tcp", "-s", self.gateway, "--sport", str(port), "-j", "DROP"],
+        ]
+
+    def cut(self, port: int) -> None:
+        """Drop every packet between this host and a server's port, both ways."""
+        for rule in self._drop_rules(port):
+            self._iptables("-A", *rule)
+
+    def heal(self, port: int) -> None:
+        for rule in self._drop_rules(port):
+            self._iptables("-D", *rule)
+
+    def _iptables(self, *args: str) -> None:
+        subprocess.run(["ip", "netns", "exec", self.ns, "iptables", *args], check=True)
+
+
+class Rig:
+    """`hosts` simulated hosts, a PostgreSQL and a Redis of the rig's own, and on each
+    host a `Cluster` whose processes run in its namespace."""
+
+    def __init__(self, *, hosts: int, logs: Path, **settings: str) -> None:
+        tag = uuid.uuid4().hex[:5]
+        net = random.randint(16, 31)  # 172.16/12: no clash with the test's other namespaces
+        self.network = f"172.{net}.0.0/16"
+        self.hosts = [
+            Host(
+                name=f"h{i}",
+                ns=f"tempo-{tag}-h{i}",
+                host_if=f"tr{tag}h{i}",
+                ns_if=f"tn{tag}h{i}",
+                gateway=f"172.{net}.{i}.1",
+                address=f"172.{net}.{i}.2",
+            )
+            for i in range(1, hosts + 1)
+        ]
+        self.logs = logs
+        self.settings = settings
+        self.postgres: PrivatePostgres | None = None
+        self.redis: PrivateRedis | None = None
+        self.clusters: dict[str, Cluster] = {}
+
+    def start(self) -> Rig:
+        try:
+            for host in self.hosts:
+                host.create()
+            gateways = [host.gateway for host in self.hosts]
+            self.postgres = PrivatePostgres(
+                listen_addresses=",".join(["127.0.0.1", *gateways]),
+                trusted_network=self.network,
+            ).start()
+            migrate(self.postgres.url)
+            self.redis = PrivateRedis(bind=" ".join(["127.0.0.1", *gateways])).start()
+            for host in self.hosts:
+                self.clusters[host.name] = Cluster(
+                    database_url=(f"postgres://postgres@{host.gateway}:{self.postgres.port}/tempo"),
+                    broker_url=f"redis://{host.gateway}:{self.redis.port}/0",
+                    queue="tempo",
+                    logs=self.logs,
+                    netns=host.ns,
+                    **self.settings,
+                )
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def host(self, name: str) -> Host:
+        return next(host for host in self.hosts if host.name == name)
+
+    def dispatcher(self, host: str) -> None:
+        self.clusters[host].dispatcher(f"d-{host}")
+
+    def worker(self, host: str, **options) -> None:
+        self.clusters[host].worker(f"w-{host}", **options)
+
+    def pid(self, process: str) -> int:
+        host = process.split("-", 1)[1]
+        return self.clusters[host].processes[process].pid
+
+    def connect(self) -> psycopg.Connection:
+        """The test's own connection, over loopback (never cut)."""
+        assert self.postgres is not None
+        return psycopg.connect(self.postgres.url, autocommit=True)
+
+    def cut_postgres(self, host: str) -> None:
+        assert self.postgres is not None
+        self.host(host).cut(self.postgres.port)
+
+    def heal_postgres(self, host: str) -> None:
+        assert self.postgres is not None
+        self.host(host).heal(self.postgres.port)
+
+    def cut_redis(self, host: str) -> None:
+        assert self.redis is not None
+        self.host(host).cut(self.redis.port)
+
+    def heal_redis(self, host: str) -> None:
+        assert self.redis is not None
+        self.host(host).heal(self.redis.port)
+
+    def stop(self) -> None:
+        for cluster in self.clusters.values():
+            for process in cluster.processes.values():
+                if process.poll() is None:
+                    process.kill()
+                    process.wait(timeout=10)
+        if self.redis is not None:
+            self.redis.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
+        for host in self.hosts:
+            host.destroy()
