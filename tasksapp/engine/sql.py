@@ -13,6 +13,12 @@ NOTIFY_WINDOW_SECONDS = 900
 # process (its connection) dies. Key space: (PARTITION_LOCK_CLASS, partition).
 PARTITION_LOCK_CLASS = 7_316_001
 DISPATCHER_LOCK_CLASS = 7_316_002
+# Each instance announces the partition count it is configured with (a shared lock its
+# session holds); every instance uses the largest one announced. A count raised on one
+# instance is followed by all at their next round; a count lowered takes effect once no
+# instance announces a larger one (the rolling restart is complete).
+PARTITION_COUNT_CLASS = 7_316_003
+ANNOUNCE_PARTITION_COUNT = "SELECT pg_advisory_lock_shared(%(count_class)s, %(count)s)"
 
 # pg_locks spans the whole server: only this database's advisory locks count.
 LIVE_DISPATCHERS_AND_HELD_PARTITIONS = """
@@ -24,7 +30,8 @@ WITH ours AS (
 SELECT
   COALESCE((SELECT array_agg(pid) FROM ours WHERE classid = %(dispatcher_class)s), '{}'),
   COALESCE((SELECT array_agg(objid::int) FROM ours WHERE classid = %(partition_class)s), '{}'),
-  extract(epoch FROM clock_timestamp()) * 1000
+  extract(epoch FROM clock_timestamp()) * 1000,
+  (SELECT max(objid::int) FROM ours WHERE classid = %(count_class)s)
 """
 
 # A peer whose coordination session has sat idle past the stall bound is frozen (SIGSTOP,

@@ -109,6 +109,7 @@ def partition_targets(partitions: int, live_pids: list[int], my_pid: int) -> int
 class Rebalance:
     gained: list[int] = field(default_factory=list)
     released: list[int] = field(default_factory=list)
+    repartitioned: int | None = None  # the partition count changed to this: start over
 
 
 STALL_ROUNDS = 10  # a peer that has not coordinated for this many rounds is stalled
@@ -118,7 +119,8 @@ class PostgresCoordinator:
     def __init__(
         self, *, partitions: int, instance_id: int, coordination_seconds: float = 2.0
     ) -> None:
-        self.partitions = partitions
+        self.configured_partitions = partitions  # announced to the peers
+        self.partitions = partitions  # in use: the largest count announced
         self.instance_id = instance_id
         self.stall_seconds = STALL_ROUNDS * coordination_seconds
         self.owned: set[int] = set()
@@ -138,6 +140,10 @@ class PostgresCoordinator:
                 "dispatcher_class": sql.DISPATCHER_LOCK_CLASS,
                 "dispatcher_id": self.instance_id % 2**31,
             },
+        )
+        self._conn.execute(
+            sql.ANNOUNCE_PARTITION_COUNT,
+            {"count_class": sql.PARTITION_COUNT_CLASS, "count": self.configured_partitions},
         )
         self._pid = self._conn.info.backend_pid
         self.owned = set()
@@ -173,11 +179,15 @@ class PostgresCoordinator:
             {
                 "dispatcher_class": sql.DISPATCHER_LOCK_CLASS,
                 "partition_class": sql.PARTITION_LOCK_CLASS,
+                "count_class": sql.PARTITION_COUNT_CLASS,
             },
         ).fetchone()
         after = time.time() * 1000
-        live_pids, held, db_ms = row
+        live_pids, held, db_ms, announced = row
         self.clock.observe(before, after, float(db_ms))
+        count = max(announced or 0, self.configured_partitions)
+        if count != self.partitions:
+            return self._repartition(count)
         live_pids = self._without_stalled(list(live_pids or []))
         target = partition_targets(self.partitions, list(live_pids or []), self._pid)
         log.debug(
@@ -203,6 +213,20 @@ class PostgresCoordinator:
             start = len(free) * pids.index(self._pid) // len(pids)
             change.gained = self.take(free[start:] + free[:start], target - len(self.owned))
         return change
+
+    def _repartition(self, count: int) -> Rebalance:
+        """The partition count in use changed: release every partition of the old count
+        (a partition number means other jobs now); the next round takes new ones."""
+        assert self._conn is not None
+        released = sorted(self.owned)
+        self._conn.execute(
+            sql.UNLOCK_PARTITIONS,
+            {"partition_class": sql.PARTITION_LOCK_CLASS, "partitions": released},
+        )
+        log.info("partition count %s -> %s: released %s", self.partitions, count, released)
+        self.owned = set()
+        self.partitions = count
+        return Rebalance(released=released, repartitioned=count)
 
     def _without_stalled(self, live_pids: list[int]) -> list[int]:
         """End the sessions of peers stalled past the bound; the live ones remain. Their

@@ -8,6 +8,7 @@ in one statement, publish the claimed ids to Celery.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -269,6 +270,9 @@ class DispatcherLoop:
     def _coordinate(self) -> None:
         assert self.coordinator is not None
         change = self.coordinator.rebalance()
+        if change.repartitioned is not None:
+            self._repartition(change.repartitioned)
+            return
         if change.released:
             self.source.released(change.released)
         if change.gained:
@@ -276,6 +280,18 @@ class DispatcherLoop:
             self.next_reap = 0.0  # orphans of a dead owner
             self.source.gained(change.gained)
         self.next_coordination = self.now_ms() + self.settings.coordination_seconds * 1000
+
+    def _repartition(self, count: int) -> None:
+        """Work with another partition count: what is held was keyed by the old one, so
+        start over (jobs held are still `scheduled` in the database; a claim already
+        sent stays fenced by its token). Take the new partitions at once."""
+        log.info("dispatcher %s: %s partitions now (was %s)", self.name, count, self.partitions)
+        self.source.forget()
+        self.partitions = count
+        self.settings = dataclasses.replace(self.settings, partitions=count)
+        self.source = self._due_source()
+        self.next_coordination = 0.0
+        self.next_reap = 0.0
 
     def claim_and_publish(self, due: list[int]) -> None:
         """Claim these ids (fenced: only rows still due are won) and publish the claims."""

@@ -137,6 +137,32 @@ def test_a_survivor_takes_over_the_partitions_of_a_dead_dispatcher(loops, fast):
     assert {c[0] for c in first.claims} == {j.id for j in jobs}
 
 
+def test_a_larger_partition_count_on_one_instance_is_followed_by_all(loops, fast, settings):
+    """A rolling change of TEMPO_PARTITIONS: an instance started with 32 beside one with
+    16. Both work with 32 (the largest announced), share them, and every job is claimed
+    once; when the 32 one leaves, the other goes back to its own 16."""
+    first, second = RecordingPublisher(), RecordingPublisher()
+    a = loops("a", first)
+    settings.TEMPO = {**settings.TEMPO, "PARTITIONS": 32}
+    b = loops("b", second)
+    run_until(
+        lambda: a.partitions == b.partitions == 32
+        and len(a.coordinator.owned) == len(b.coordinator.owned) == 16,
+        a,
+        b,
+    )
+    assert a.coordinator.owned.isdisjoint(b.coordinator.owned)
+    jobs = [schedule(0.2) for _ in range(64)]
+    run_until(lambda: len(first.claims) + len(second.claims) == 64, a, b)
+    claimed = [c[0] for c in first.claims + second.claims]
+    assert sorted(claimed) == sorted(j.id for j in jobs)  # each once
+    assert all(c[0] % 32 in a.coordinator.owned for c in first.claims)
+    b.stop()
+    run_until(lambda: a.partitions == 16 and len(a.coordinator.owned) == 16, a)
+    late = [schedule(0.1) for _ in range(8)]
+    run_until(lambda: {j.id for j in late} <= {c[0] for c in first.claims}, a)
+
+
 def test_stop_hands_everything_back(loops, publisher, fast):
     job = schedule(30)
     loop = loops("d1", publisher)

@@ -37,6 +37,7 @@ MODE_REDIS = "redis"
 MODE_FALLBACK = "redis-fallback"  # some shards are rebuilt, served by polling meanwhile
 MODE_UNREACHABLE = "redis-unreachable"  # every shard served by polling
 WINDOW_MS = sql.NOTIFY_WINDOW_SECONDS * 1000
+DEFAULT_PARTITIONS = 16  # TEMPO_PARTITIONS' default
 HORIZON_MARGIN_MS = 2000
 MAX_BACKOFF_SECONDS = 16.0  # clock estimates: the recorded horizon errs on the early side
 
@@ -51,11 +52,16 @@ class RedisIndexSource:
         self.partitions = context.settings.partitions
         self.lead_ms = context.settings.dispatch_lead_ms
         self.database = DatabaseSource(context, listen_notify=True, polled=self._unindexed)
-        self.index = RedisIndex(
-            url=self.settings.index_redis_url, prefix=self.settings.index_prefix
-        )
+        self.index = RedisIndex(url=self.settings.index_redis_url, prefix=self._prefix())
         self.lease_ms = int(self.settings.index_lease_seconds * 1000)
         self.reset()
+
+    def _prefix(self) -> str:
+        """Shards are partitions: another partition count gets an index of its own (built
+        anew, served from the database meanwhile). The default count keeps the plain one."""
+        if self.partitions == DEFAULT_PARTITIONS:
+            return self.settings.index_prefix
+        return f"{self.settings.index_prefix}p{self.partitions}:"
 
     def reset(self) -> None:
         """Nothing indexed: every owned shard is polled until it is known to be built."""
