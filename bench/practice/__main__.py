@@ -21,6 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from tqdm import tqdm
 
@@ -62,6 +63,13 @@ def parse() -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="extra environment for the dispatchers and workers (repeatable)",
     )
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=0.0,
+        help="round trip between our processes and PostgreSQL and Redis (a delaying proxy "
+        "in front of each; the bench's own connection stays direct)",
+    )
     parser.add_argument("--no-kills", action="store_true", help="no HA kills")
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--seed", type=int, default=20190831)
@@ -87,15 +95,35 @@ class Practice:
         # --threads jobs; each worker takes one message at a time and runs its handlers
         # side by side (never more than --threads at once per process).
         batching = {} if args.one_per_message else {"TEMPO_BATCH_PARALLELISM": str(args.threads)}
+        self.proxies = []
         self.cluster = bench_cluster(
             ours.url,
             "practice",
             **batching,
+            **self._latency(args.latency_ms, ours.url),
             **dict(item.split("=", 1) for item in args.env),
         )
         self.naive_procs: dict[str, subprocess.Popen] = {}
         self.events: list[Event] = []
         self.timeline: list[str] = []
+
+    def _latency(self, round_trip_ms: float, database_url: str) -> dict[str, str]:
+        """Put a delaying proxy in front of PostgreSQL and Redis for our processes."""
+        if not round_trip_ms:
+            return {}
+        from bench.common import BROKER_URL
+        from tests.cluster.delay_proxy import DelayProxy
+
+        urls = {}
+        for key, url in (("DATABASE_URL", database_url), ("CELERY_BROKER_URL", BROKER_URL)):
+            parsed = urlsplit(url)
+            proxy = DelayProxy(
+                target=f"{parsed.hostname}:{parsed.port}", delay_ms=round_trip_ms / 2
+            )
+            self.proxies.append(proxy)
+            user = f"{parsed.username}@" if parsed.username else ""
+            urls[key] = parsed._replace(netloc=f"{user}127.0.0.1:{proxy.port}").geturl()
+        return urls
 
     # -- workload ---------------------------------------------------------------------
     def create(self, run_at: list[dt.datetime]) -> None:
@@ -178,6 +206,8 @@ class Practice:
 
     def stop(self) -> None:
         self.cluster.stop()
+        for proxy in self.proxies:
+            proxy.stop()
         for process in self.naive_procs.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
