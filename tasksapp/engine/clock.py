@@ -42,6 +42,11 @@ class ClockOffset:
                 self._best_rtt = rtt
                 self.offset_ms = db_ms - (before_ms + after_ms) / 2
 
+    @property
+    def round_trip_ms(self) -> float:
+        """The shortest recent round trip to the database (0 before the first sample)."""
+        return self._best_rtt if self.measured else 0.0
+
     def now_ms(self) -> float:
         """The database's time now, as estimated here."""
         return time.time() * 1000 + self.offset_ms

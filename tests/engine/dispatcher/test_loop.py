@@ -11,6 +11,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from tasksapp.engine import sql
+from tasksapp.engine.clock import ClockOffset
 from tasksapp.engine.dispatcher.coordination import PostgresCoordinator
 from tasksapp.engine.dispatcher.loop import DispatcherLoop, split_batches
 from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState
@@ -85,13 +86,29 @@ def test_holds_a_future_job_until_its_run_time(loops, publisher, fast):
     job = schedule(0.4)
     loop = loops("d1", publisher)
     loop.step(wait=False)
+    lead = dt.timedelta(milliseconds=loop.lead_ms() + 2)  # as the job was held
     assert job.id in loop.source.wheel and publisher.claims == []
     run_until(lambda: publisher.claims, loop)
     claimed_at = Job.objects.get(id=job.id).claimed_at
     # Claimed just ahead, never started.
-    lead = dt.timedelta(milliseconds=loop.settings.dispatch_lead_ms + 2)
     assert claimed_at >= job.run_at - lead
     assert claimed_at <= job.run_at + dt.timedelta(milliseconds=100)
+
+
+def test_the_lead_grows_with_the_measured_round_trip_to_the_database(loops, publisher, fast):
+    loop = loops("d1", publisher)
+    loop.step(wait=False)  # one coordination round: one round trip measured
+    measured = loop.coordinator.clock.round_trip_ms
+    assert measured > 0
+    settings = loop.settings
+    extra = round(settings.dispatch_lead_round_trips * measured)
+    assert loop.lead_ms() == settings.dispatch_lead_ms + extra
+    far = ClockOffset()
+    far.observe(0.0, 25.0, 12.5)  # a database 25 ms away
+    loop.coordinator.clock = far
+    assert loop.lead_ms() == settings.dispatch_lead_ms + round(
+        settings.dispatch_lead_round_trips * 25
+    )
 
 
 def test_a_job_scheduled_for_now_wakes_the_dispatcher_without_a_poll(loops, publisher, fast):

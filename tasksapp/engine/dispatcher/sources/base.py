@@ -21,6 +21,8 @@ class DispatchContext:
     counters: Counter[str]  # polls, rows fetched, statements: written by `flush_counters`
     flush_counters: Callable[[], None]
     now_ms: Callable[[], float]  # the database clock, as estimated by the coordinator
+    # How long before run_at to claim: the configured lead plus round trips to the database.
+    lead_ms: Callable[[], int]
     owned: Callable[[], list[int]]  # the partitions the dispatcher owns now, sorted
     # How many of this many due jobs may be claimed now (backpressure: the queue's room).
     room_for: Callable[[int], int]

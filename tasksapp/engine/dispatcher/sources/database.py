@@ -33,9 +33,6 @@ class DatabaseSource:
         self.context = context
         self.settings = context.settings
         self.partitions = context.settings.partitions
-        # Claim this much before run_at so the message is at a worker when the time comes;
-        # the worker waits, and the start is guarded by run_at <= the database clock.
-        self.lead_ms = context.settings.dispatch_lead_ms
         # Without notifications (SQLite) new work is found by a short poll instead.
         self.listen_notify = listen_notify
         self.polled = polled or context.owned  # the owned partitions served from here
@@ -92,7 +89,7 @@ class DatabaseSource:
         self.context.counters.update(polls=1, statements=1, rows_fetched=len(rows))
         self.context.flush_counters()  # scored events are written at once: a SIGKILL loses none
         for row in rows:
-            self.wheel.add(row.id, row.run_at_ms - self.lead_ms)
+            self.wheel.add(row.id, row.run_at_ms - self.context.lead_ms())
         self._plan_next_poll(rows, now=now, limit=limit)
 
     def _plan_next_poll(self, rows: list[DueJob], *, now: float, limit: int) -> None:
@@ -127,7 +124,7 @@ class DatabaseSource:
             self.wheel.remove(job_id)
             self.ready.pop(job_id, None)
         elif run_at_ms < self.horizon_ms:
-            self.wheel.add(job_id, run_at_ms - self.lead_ms)
+            self.wheel.add(job_id, run_at_ms - self.context.lead_ms())
 
     def next_deadline(self) -> float:
         deadline = self.next_poll

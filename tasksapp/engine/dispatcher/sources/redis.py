@@ -50,7 +50,6 @@ class RedisIndexSource:
         self.context = context
         self.settings = context.settings
         self.partitions = context.settings.partitions
-        self.lead_ms = context.settings.dispatch_lead_ms
         self.database = DatabaseSource(context, listen_notify=True, polled=self._unindexed)
         self.index = RedisIndex(url=self.settings.index_redis_url, prefix=self._prefix())
         self.lease_ms = int(self.settings.index_lease_seconds * 1000)
@@ -257,7 +256,7 @@ class RedisIndexSource:
             return
         taken = self.index.take(
             shards=sorted(self.indexed),
-            until_ms=int(now + self.lead_ms),
+            until_ms=int(now + self.context.lead_ms()),
             lease_ms=self.lease_ms,
             limit=room,
         )
@@ -274,7 +273,7 @@ class RedisIndexSource:
         if full:  # more may be due: again next turn
             self.next_take = now
         elif taken.next_ms is not None:
-            self.next_take = min(check, taken.next_ms - self.lead_ms)
+            self.next_take = min(check, taken.next_ms - self.context.lead_ms())
         else:
             self.next_take = check
 
@@ -309,7 +308,7 @@ class RedisIndexSource:
             else:
                 added = self.index.add(shard=shard, job_id=job_id, run_at_ms=run_at_ms)
                 if added == 1:
-                    self.next_take = min(self.next_take, run_at_ms - self.lead_ms)
+                    self.next_take = min(self.next_take, run_at_ms - self.context.lead_ms())
                 elif added == 0:
                     self._lost_shards({shard})
         except redis.RedisError as exc:
