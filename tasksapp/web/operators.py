@@ -144,6 +144,8 @@ def _job_audited(service, action: str, *, user: Any, job_id: int, via: str, **op
         before = Job.objects.filter(id=job_id).values_list("state", "run_at").first()
         job = service(job_id=job_id, **options)
         details = {"state_before": before[0] if before else None, "state_after": job.state}
+        if job.cancel_requested_at is not None and job.state != "cancelled":
+            details["cancel_requested_at"] = job.cancel_requested_at.isoformat()
         if before and job.run_at != before[1]:
             details["run_at_before"] = before[1].isoformat()
             details["run_at_after"] = job.run_at.isoformat()
@@ -154,7 +156,8 @@ def _job_audited(service, action: str, *, user: Any, job_id: int, via: str, **op
 
 
 def job_cancel_audited(*, user: Any, job_id: int, via: str) -> Job:
-    """scheduled|failed → cancelled (job_cancel), recorded."""
+    """scheduled|failed → cancelled; claimed|running: cancel requested (job_cancel),
+    recorded."""
     return _job_audited(job_cancel, "cancel", user=user, job_id=job_id, via=via)
 
 

@@ -137,6 +137,8 @@ class JobSerializer(serializers.ModelSerializer):
             "last_error",
             "errors",
             "result",
+            "cancel_requested_at",
+            "history",
         ]
         read_only_fields = fields
 

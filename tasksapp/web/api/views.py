@@ -176,7 +176,11 @@ class GraphJobCreateView(APIView):
 
 
 class JobCancelView(APIView):
-    @_operator_action_schema(s.JobSerializer, "Cancel a scheduled or failed job")
+    @_operator_action_schema(
+        s.JobSerializer,
+        "Cancel a job: a scheduled or failed one at once; a claimed or running one is asked"
+        " to stop (cancel_requested_at) and ends cancelled when its handler checks",
+    )
     def post(self, request: Request, job_id: int) -> Response:
         job = job_cancel_audited(user=request.user, job_id=job_id, via=VIA)
         return Response(s.JobSerializer(job).data)

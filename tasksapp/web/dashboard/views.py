@@ -230,7 +230,8 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
             "-at"
         )[:20],
         "can_operate": _can_operate(request),
-        "can_cancel": job.state in (JobState.SCHEDULED, JobState.FAILED),
+        "can_cancel": job.state in (JobState.SCHEDULED, JobState.FAILED)
+        or (job.state in (JobState.CLAIMED, JobState.RUNNING) and not job.cancel_requested_at),
         "can_run_now": job.state in (JobState.SCHEDULED, JobState.FAILED),
         "can_retry": job.state
         in (JobState.DEAD, JobState.LOST, JobState.CANCELLED, JobState.FAILED),

@@ -59,11 +59,11 @@ def test_operator_retries_and_runs_now(operator_client):
 
 
 def test_a_refused_transition_is_shown_and_not_recorded(operator_client):
-    running = make_job(JobState.RUNNING)
-    response = operator_client.post(_action(running, "cancel"), follow=True)
-    assert "only scheduled or failed jobs can be cancelled" in response.content.decode()
-    running.refresh_from_db()
-    assert running.state == JobState.RUNNING
+    done = make_job(JobState.SUCCEEDED)
+    response = operator_client.post(_action(done, "cancel"), follow=True)
+    assert "only scheduled, failed, claimed or running jobs" in response.content.decode()
+    done.refresh_from_db()
+    assert done.state == JobState.SUCCEEDED
     assert not OperatorAction.objects.exists()
 
 

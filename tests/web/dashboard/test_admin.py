@@ -124,12 +124,12 @@ def test_job_admin_actions_call_the_services(admin_client):
 
 
 def test_job_admin_action_refused_transition_is_a_warning(admin_client):
-    running = make_job(JobState.RUNNING)
+    done = make_job(JobState.SUCCEEDED)
     url = reverse("admin:tasksapp_job_changelist")
     response = admin_client.post(
-        url, {"action": "cancel_jobs", "_selected_action": [running.id]}, follow=True
+        url, {"action": "cancel_jobs", "_selected_action": [done.id]}, follow=True
     )
-    assert "only scheduled or failed jobs can be cancelled" in response.content.decode()
+    assert "only scheduled, failed, claimed or running jobs" in response.content.decode()
     assert not OperatorAction.objects.exists()
 
 
