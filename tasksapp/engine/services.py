@@ -180,6 +180,16 @@ def _get(job_id: int) -> Job:
     return job
 
 
+def job_cancel_waiting(*, job_id: int) -> bool:
+    """scheduled|failed → cancelled; False (and nothing asked) for a job in any other
+    state. For callers that must not interrupt a job already claimed or running."""
+    return bool(
+        Job.objects.filter(id=job_id, state__in=DUE_STATES).update(
+            state=JobState.CANCELLED, finished_at=timezone.now(), lease_expires_at=None
+        )
+    )
+
+
 CANCEL_TRIES = 3  # a job may move between waiting and leased while it is cancelled
 
 

@@ -32,6 +32,7 @@ from .common import (
     Outcome,
     TaskRow,
     describe,
+    graph_ended,
     locked,
     plan_of,
     record_outcome,
@@ -302,3 +303,4 @@ def _finish(graph: GraphRun, plan: Plan) -> None:
     }
     graph.state, graph.finished_at = GraphState.SUCCEEDED, timezone.now()
     graph.save(update_fields=["result", "state", "finished_at"])
+    graph_ended(graph)

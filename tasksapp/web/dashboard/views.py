@@ -28,6 +28,7 @@ from tasksapp.web.models import OperatorAction
 from tasksapp.web.operators import (
     ACTION_REFUSALS,
     PERM_OPERATE,
+    graph_cancel_audited,
     job_cancel_audited,
     job_retry_audited,
     job_run_now_audited,
@@ -50,6 +51,7 @@ JOB_ACTIONS = {
     "cancel": (job_cancel_audited, "Job {changed.id} cancelled."),
     "retry": (job_retry_audited, "Job {changed.id} scheduled again, to run now."),
     "run-now": (job_run_now_audited, "Job {changed.id} will run now."),
+    "cancel-graph": (graph_cancel_audited, "Graph {changed.id} is {changed.state}."),
 }
 TASK_ACTIONS = {
     "pause": (recurring_task_pause_audited, "{changed.name} paused: no new slices are planned."),
@@ -222,10 +224,14 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = job_get(job_id=job_id)
     if job is None:
         raise Http404(f"job {job_id} does not exist.")
+    graph = job_graph(job=job)
     context = {
         "job": job,
         "timeline": job_timeline(job=job),
-        "graph": job_graph(job=job),
+        "graph": graph,
+        "can_cancel_graph": graph is not None
+        and graph.cancelled_at is None
+        and graph.state in ("pending", "running"),
         "actions": OperatorAction.objects.filter(target_type="job", target_id=str(job.id)).order_by(
             "-at"
         )[:20],
