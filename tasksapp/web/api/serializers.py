@@ -92,6 +92,7 @@ def _idempotency_key_field(stored: str) -> serializers.CharField:
 # not a docstring: the schema would show it as the description of every subclass.)
 MAX_HTTP_WAIT_SECONDS = 60  # a long-poll holds a web server thread: bounded
 
+
 class JobOptionsSerializer(serializers.Serializer):
     handler = serializers.CharField(max_length=200, help_text="Dotted path to a callable.")
     payload = serializers.JSONField(required=False, default=dict)
