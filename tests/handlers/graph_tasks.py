@@ -179,3 +179,34 @@ def fetch(inputs):
     if inputs["token"] != "fresh":
         raise InvalidToken(f"token {inputs['token']!r} expired")
     return {"data": "fetched"}
+
+
+# Parameterised tasks (grounded over has["network"]): test.token(network) → test.posts(network).
+@graph_task(
+    name="test.token",
+    params={"network": "network"},
+    requires=["seed"],
+    provides=["token(network)"],
+    optional=OPTIONAL,
+)
+def network_token(inputs):
+    return _behave(
+        f"test.token({inputs['network']})", inputs, {"token(network)": f"t-{inputs['network']}"}
+    )
+
+
+def _rollback_posts(inputs, outputs):
+    log_call(inputs.get("key", ""), f"test.posts({inputs['network']})", "rollback")
+
+
+@graph_task(
+    name="test.posts",
+    params={"network": "network"},
+    requires=["token(network)"],
+    provides=["posts(network)"],
+    optional=OPTIONAL,
+    rollback=_rollback_posts,
+)
+def network_posts(inputs):
+    posts = [f"{inputs['network']}:{inputs['token(network)']}:{n}" for n in range(2)]
+    return _behave(f"test.posts({inputs['network']})", inputs, {"posts(network)": posts})
