@@ -4,9 +4,13 @@ of graph runs, and the graph a job belongs to. Two queries per graph view."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from django.db.models import TextField
+from django.db.models.functions import Cast
 
 from tasksapp.engine.models import Job, JobState
 from tasksapp.graphs.models import GRAPH_FINAL_STATES, GraphRun, TaskRun, TaskState
@@ -174,14 +178,24 @@ def graph_run_id_for_job(*, job_id: int) -> int | None:
 
 
 def graph_run_page(
-    *, state: str | None = None, before_id: int | None = None, limit: int = PAGE_SIZE
+    *,
+    state: str | None = None,
+    goal: str | None = None,
+    before_id: int | None = None,
+    limit: int = PAGE_SIZE,
 ) -> list[GraphRun]:
-    """Graph runs, newest first (by id), optionally in one state, after ``before_id``.
-    The plan, has and values are not loaded."""
+    """Graph runs, newest first (by id), optionally in one state and wanting ``goal``,
+    after ``before_id``. The plan, has and values are not loaded."""
     limit = max(1, min(limit, MAX_PAGE_SIZE))
     runs = GraphRun.objects.defer("plan", "has", "values", "result")
     if state is not None:
         runs = runs.filter(state=state)
+    if goal:
+        # One of the wanted names, as its JSON text (quoted) in the list: both databases.
+        wants_text = Cast("wants", TextField())
+        runs = runs.alias(wants_text=wants_text).filter(
+            wants_text__contains=json.dumps(goal, ensure_ascii=False)
+        )
     if before_id is not None:
         runs = runs.filter(id__lt=before_id)
     return list(runs.order_by("-id")[:limit])

@@ -144,6 +144,7 @@ MATRIX: list[Row] = [
             ("graph_job", "cancel-graph"),
         ]
     ],
+    Row("dashboard:graph-list", "GET", "view", PAGE),
     Row("dashboard:audit", "GET", "view", PAGE),
     Row("dashboard:tokens", "GET", "view", PAGE),
     Row(
