@@ -14,9 +14,9 @@ from statistics import fmean
 
 from tasksapp.graphs.selectors import GraphView, TaskView
 
-NODE_W, NODE_H = 200, 46
-GAP_X, GAP_Y, MARGIN = 70, 18, 12
-LABEL_CHARS = 27
+NODE_W, NODE_H = 236, 46
+GAP_X, GAP_Y, MARGIN = 56, 18, 12
+LABEL_CHARS = 33
 
 
 @dataclass(frozen=True)

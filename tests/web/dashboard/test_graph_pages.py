@@ -28,7 +28,7 @@ def test_the_drawing_has_a_box_per_task_and_an_edge_per_dependency():
     )
     by_task = {node.task: node for node in drawing.nodes}
     for task in view.tasks:  # layers left to right, every edge points right
-        assert by_task[task.task].x == 12 + task.layer * (NODE_W + 70)
+        assert by_task[task.task].x == 12 + task.layer * (NODE_W + 56)
         for source in task.after:
             assert by_task[source].x < by_task[task.task].x
     columns: dict[int, list[int]] = {}
