@@ -37,6 +37,11 @@ ERR_PROVIDES_CONSUMES = "graph task {name!r} both provides and consumes {props}.
 ERR_NOT_CALLABLE = "{field} of graph task {name!r} must be callable."
 ERR_OUTPUT_TYPE = "graph task {name!r} must return a dict, not {kind}."
 ERR_OUTPUT_MISSING = "graph task {name!r} did not return {props}."
+ERR_OPTIONS = "options of graph task {name!r}: {reason}"
+ERR_OPTIONS_KEYS = "options of graph task {name!r} may only set {allowed} (got {given})."
+# A task's own job options: every JobOptions field but the delivery mode (a task's job is
+# transactional: its outcome and the graph's next step commit together).
+TASK_OPTION_FIELDS = ("max_attempts", "retry_policy", "time_limit")
 ERR_PARAMS = (
     "params of graph task {name!r} must map parameter names (identifiers) to object types"
     " (identifiers), or list parameter names (each its own type)."
@@ -94,6 +99,9 @@ class TaskSpec:
     rollback: RollbackFunc | None = field(default=None, compare=False)
     # (name, object type) of each parameter: the task is grounded over the job's objects
     params: tuple[tuple[str, str], ...] = ()
+    # Its own job options (tasksapp.engine.options.JobOptions), applied before the graph's
+    # strategy: runs of the task (max_attempts, retry_policy) and its time_limit
+    options: Any = field(default=None, compare=False)
 
     @property
     def definition(self) -> tuple:
@@ -106,7 +114,11 @@ class TaskSpec:
             sorted(self.optional),
             [_path(self.func), _path(self.rescue), _path(self.rollback)],
         )
-        return (*definition, [list(p) for p in self.params]) if self.params else definition
+        if self.params:
+            definition = (*definition, [list(p) for p in self.params])
+        if self.options is not None:
+            definition = (*definition, sorted(self.options.as_fields().items()))
+        return definition
 
     def ground(self, binding: Mapping[str, str]) -> TaskSpec:
         """The task with its parameters bound to objects: ``fetch_posts(google)``."""
@@ -136,6 +148,7 @@ class TaskSpec:
             optional=self.optional,
             rescue=None if rescue is None else rescue_ground,
             rollback=None if rollback is None else rollback_ground,
+            options=self.options,
         )
 
     def grounded(self, objects: Mapping[str, tuple[str, ...]]) -> list[TaskSpec]:
@@ -169,6 +182,7 @@ def task_spec(
     rollback: RollbackFunc | None = None,
     name: str | None = None,
     params: Mapping[str, str] | Iterable[str] = (),
+    options: Mapping[str, Any] | None = None,
 ) -> TaskSpec:
     """Validate a declaration and return its TaskSpec; raise GraphTaskError if invalid."""
     name = name or _path(func)
@@ -185,6 +199,7 @@ def task_spec(
         rescue=rescue,
         rollback=rollback,
         params=_params(params, name=name),
+        options=_options(options, name=name),
     )
     if not spec.provides:
         raise GraphTaskError(ERR_NO_PROVIDES.format(name=name))
@@ -192,6 +207,29 @@ def task_spec(
         overlap = _quoted(spec.provides & spec.consumes)
         raise GraphTaskError(ERR_PROVIDES_CONSUMES.format(name=name, props=overlap))
     return spec
+
+
+def _options(value: Any, *, name: str):
+    """The task's own JobOptions (validated as every job's are), or None."""
+    if value is None:
+        return None
+    # Imported here: the registry and the planner stay importable without Django.
+    from tasksapp.engine.models import Delivery
+    from tasksapp.engine.options import JobOptions, JobOptionsError
+
+    if not isinstance(value, Mapping) or not set(value) <= set(TASK_OPTION_FIELDS):
+        given = ", ".join(sorted(map(str, value))) if isinstance(value, Mapping) else value
+        allowed = ", ".join(TASK_OPTION_FIELDS)
+        raise GraphTaskError(ERR_OPTIONS_KEYS.format(name=name, allowed=allowed, given=given))
+    try:
+        return JobOptions.validated(
+            max_attempts=value.get("max_attempts", 1),
+            retry_policy=value.get("retry_policy"),
+            time_limit=value.get("time_limit"),
+            delivery=Delivery.TRANSACTIONAL,
+        )
+    except JobOptionsError as exc:
+        raise GraphTaskError(ERR_OPTIONS.format(name=name, reason=exc)) from exc
 
 
 def _params(value: Any, *, name: str) -> tuple[tuple[str, str], ...]:
@@ -293,10 +331,13 @@ def graph_task(
     name: str | None = None,
     registry: Registry | None = None,
     params: Mapping[str, str] | Iterable[str] = (),
+    options: Mapping[str, Any] | None = None,
 ) -> Callable[[TaskFunc], TaskFunc]:
     """Register the decorated function as a graph task (in the default registry).
     ``params`` ({name: object type}, or names that are their own types) makes it a
-    parameterised task, grounded over the objects each job names (grounding.py)."""
+    parameterised task, grounded over the objects each job names (grounding.py).
+    ``options`` ({"max_attempts", "retry_policy", "time_limit"}) are the task's own job
+    options: its runs are retried by them before the graph's strategy applies."""
     target = default_registry if registry is None else registry
     return target.task(
         requires=requires,
@@ -307,6 +348,7 @@ def graph_task(
         rollback=rollback,
         name=name,
         params=params,
+        options=options,
     )
 
 

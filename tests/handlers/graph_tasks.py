@@ -210,3 +210,26 @@ def _rollback_posts(inputs, outputs):
 def network_posts(inputs):
     posts = [f"{inputs['network']}:{inputs['token(network)']}:{n}" for n in range(2)]
     return _behave(f"test.posts({inputs['network']})", inputs, {"posts(network)": posts})
+
+
+# Tasks with their own job options: runs retried before the graph's strategy applies.
+@graph_task(
+    name="test.flaky",
+    requires=["seed"],
+    provides=["flaky"],
+    optional=OPTIONAL,
+    options={"max_attempts": 3, "retry_policy": {"delays": [0]}},
+)
+def flaky(inputs):
+    return _behave("test.flaky", inputs, {"flaky": "ok"})
+
+
+@graph_task(
+    name="test.limited",
+    requires=["seed"],
+    provides=["limited"],
+    optional=OPTIONAL,
+    options={"time_limit": 0.5},
+)
+def limited(inputs):
+    return _behave("test.limited", inputs, {"limited": "ok"})

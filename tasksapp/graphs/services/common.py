@@ -20,6 +20,7 @@ from tasksapp.engine.store.rows import NewJob
 from tasksapp.graphs import sql
 from tasksapp.graphs.models import GraphRun, TaskRun, TaskState
 from tasksapp.graphs.planner import Plan
+from tasksapp.graphs.registry import GraphTaskError, default_registry
 
 START_HANDLER = "tasksapp.graphs.runner.start_graph"
 TASK_HANDLER = "tasksapp.graphs.runner.run_task"
@@ -41,6 +42,7 @@ ERR_TASK_FAILED = "task {task!r} failed: {error}"
 ERR_RERUNS_EXHAUSTED = "task {task!r} failed {attempts} times: {error}"
 ERR_RESTARTS_EXHAUSTED = "task {task!r} failed after {restarts} restarts of the graph: {error}"
 ERR_WORKER_LOST = "its child job was attempted {lost} times without an outcome (last: {last})"
+ERR_TASK_TIME_LIMIT = "its run passed the task's time limit: {error}"
 ERR_OUTPUT_JSON = "graph task {task!r} returned values that are not JSON-serialisable: {reason}"
 ERR_ROLLBACK_FAILED = "rollback of task {task!r} failed: {error}"
 ERR_RELEASED_TWICE = "graph {graph}: a task to release is not waiting; nothing is released"
@@ -141,6 +143,15 @@ def task_jobs_create(graph, runs: Sequence, *, run_at: dt.datetime) -> list[int]
     return [ids[job.idempotency_key] for job in jobs]
 
 
+def _time_limit(task: str) -> float | None:
+    """The task's own time limit, if it declares one."""
+    try:
+        options = default_registry.get(task).options
+    except GraphTaskError:  # no longer registered: its run records that
+        return None
+    return None if options is None else options.time_limit
+
+
 def _task_job(graph, run, run_at: dt.datetime) -> NewJob:
     return NewJob(
         handler=TASK_HANDLER,
@@ -149,7 +160,7 @@ def _task_job(graph, run, run_at: dt.datetime) -> NewJob:
         max_attempts=TASK_JOB_ATTEMPTS,
         retry_policy=TASK_JOB_POLICY,
         delivery=Delivery.TRANSACTIONAL,
-        time_limit=None,
+        time_limit=_time_limit(run.task),
         idempotency_key=task_job_key(graph, run),
     )
 
