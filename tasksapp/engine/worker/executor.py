@@ -160,16 +160,15 @@ class LeaseKeeper:
         self._thread.join(timeout=5)
         self._watchdog.join(timeout=5)
 
-    def hold(self, job: StartedJob) -> threading.Event:
-        """Hold the job's lease; the event is set once an operator asks to cancel it."""
+    def hold(self, job: StartedJob) -> None:
         held = _Held(job, time_limit_of(job))
         if job.cancel_requested:
             held.cancel.set()
         with self._lock:
             self._held[job.id] = held
-        return held.cancel
 
     def cancel_event(self, job_id: int) -> threading.Event:
+        """Set once an operator asks to cancel the job (the handler's ctx reads it)."""
         with self._lock:
             held = self._held.get(job_id)
         return held.cancel if held is not None else threading.Event()

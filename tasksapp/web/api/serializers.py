@@ -39,7 +39,7 @@ MAX_PAGE = 200  # the most rows one list answer holds (?limit=)
 # most this long as JSON text; a larger one is null there and named in `omitted`
 # (the job's own answer, GET /api/jobs/{id}/, has it).
 LIST_JSON_CHARS = 16_384
-LARGE_JSON_FIELDS = ("payload", "result", "errors")
+LARGE_JSON_FIELDS = ("payload", "result", "errors", "history")
 
 
 def _storable(value: Any, field: str) -> Any:

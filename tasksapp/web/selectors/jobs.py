@@ -29,7 +29,7 @@ MAX_PAGE_SIZE = 200
 MAX_CURSOR_CHARS = 200
 MAX_ID = 2**63 - 1
 # JSON columns a list page may leave unloaded when they are large (json_inline_chars).
-LARGE_JSON = ("payload", "result", "errors")
+LARGE_JSON = ("payload", "result", "errors", "history")
 MEMBER_PLANS = 400  # a member filter looks at this many of the latest slice plans
 LIST_FIELDS = (
     "id",
