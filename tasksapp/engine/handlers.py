@@ -13,6 +13,7 @@ in the ``TEMPO_HANDLER_MODULES`` setting.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -36,13 +37,37 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 LISTED_IN_ERROR = 20  # registered names quoted in an unknown-handler error
 
 
+# A snooze moves the job's run time at most this far ahead (and never back).
+MAX_SNOOZE_SECONDS = 30 * 24 * 3600
+ERR_SNOOZE = "Snooze(seconds): seconds must be a number between 0 and {most} (got {got!r})."
+
+
 class HandlerError(ValueError):
     pass
 
 
+class JobCancelled(Exception):  # noqa: N818 - raised by a handler, read as what happened
+    """Raised by ``ctx.raise_if_cancelled()``: an operator cancelled the running job. The
+    job ends ``cancelled`` (a transactional handler's effects roll back)."""
+
+
+class Snooze(Exception):  # noqa: N818 - ``raise Snooze(60)`` reads as what it does
+    """``raise Snooze(seconds)`` from a handler: run again `seconds` from now, without
+    using up an attempt (a transactional handler's effects roll back)."""
+
+    def __init__(self, seconds: float) -> None:
+        number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+        if not number or not math.isfinite(seconds) or not 0 <= seconds <= MAX_SNOOZE_SECONDS:
+            raise ValueError(ERR_SNOOZE.format(most=MAX_SNOOZE_SECONDS, got=seconds))
+        super().__init__(f"snoozed for {seconds:g} s")
+        self.seconds = float(seconds)
+
+
 @dataclass(frozen=True)
 class JobContext:
-    """What a handler is given: enough to be idempotent towards outside systems."""
+    """What a handler is given: enough to be idempotent towards outside systems, and
+    whether an operator asked to cancel the job while it runs (a long handler polls
+    ``cancel_requested`` or calls ``raise_if_cancelled()`` between steps)."""
 
     job_id: int
     payload: Any
@@ -52,10 +77,19 @@ class JobContext:
     delivery: str
     max_attempts: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
+    cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
     def is_last_attempt(self) -> bool:
         return self.attempt >= self.max_attempts
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.cancel_event.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        if self.cancel_event.is_set():
+            raise JobCancelled(f"job {self.job_id} was cancelled while it ran")
 
 
 Handler = Callable[[JobContext], Any]

@@ -9,7 +9,7 @@ from typing import Any
 from django.utils import timezone
 
 from tasksapp.engine.models import Delivery, Job, JobState
-from tasksapp.engine.models.jobs import DUE_STATES, new_idempotency_key
+from tasksapp.engine.models.jobs import DUE_STATES, LEASED_STATES, new_idempotency_key
 from tasksapp.engine.options import (
     JobOptions,
     JobOptionsError,
@@ -31,7 +31,9 @@ ERR_KEY_CONFLICT = (
     " or the same parameters to get that job back."
 )
 ERR_NOT_FOUND = "job {job_id} does not exist."
-ERR_CANCEL_STATE = "job {job_id} is {state}: only scheduled or failed jobs can be cancelled."
+ERR_CANCEL_STATE = (
+    "job {job_id} is {state}: only scheduled, failed, claimed or running jobs can be cancelled."
+)
 ERR_RETRY_STATE = (
     "job {job_id} is {state}: only dead, lost, cancelled or failed jobs can be retried."
 )
@@ -178,15 +180,42 @@ def _get(job_id: int) -> Job:
     return job
 
 
-def job_cancel(*, job_id: int) -> Job:
-    """scheduled|failed → cancelled. A job already claimed or running is not cancelled."""
-    moved = Job.objects.filter(id=job_id, state__in=DUE_STATES).update(
-        state=JobState.CANCELLED, finished_at=timezone.now(), lease_expires_at=None
+def job_cancel_waiting(*, job_id: int) -> bool:
+    """scheduled|failed → cancelled; False (and nothing asked) for a job in any other
+    state. For callers that must not interrupt a job already claimed or running."""
+    return bool(
+        Job.objects.filter(id=job_id, state__in=DUE_STATES).update(
+            state=JobState.CANCELLED, finished_at=timezone.now(), lease_expires_at=None
+        )
     )
-    job = _get(job_id)
-    if not moved and job.state != JobState.CANCELLED:
-        raise JobInputError(ERR_CANCEL_STATE.format(job_id=job_id, state=job.state))
-    return job
+
+
+CANCEL_TRIES = 3  # a job may move between waiting and leased while it is cancelled
+
+
+def job_cancel(*, job_id: int) -> Job:
+    """scheduled|failed → cancelled at once. A claimed or running job keeps its state and
+    gets `cancel_requested_at`: its worker learns of it at the start or at the next
+    lease renewal, the handler stops where it checks (``ctx.raise_if_cancelled()``) and
+    the job ends cancelled; a handler that never checks finishes, or ends at its time
+    limit. Cancelling again changes nothing."""
+    for _ in range(CANCEL_TRIES):
+        now = timezone.now()
+        if Job.objects.filter(id=job_id, state__in=DUE_STATES).update(
+            state=JobState.CANCELLED, finished_at=now, lease_expires_at=None
+        ):
+            break
+        if Job.objects.filter(
+            id=job_id, state__in=LEASED_STATES, cancel_requested_at__isnull=True
+        ).update(cancel_requested_at=now):
+            break
+        job = _get(job_id)
+        asked = job.state in LEASED_STATES and job.cancel_requested_at is not None
+        if job.state == JobState.CANCELLED or asked:
+            return job
+        if job.state not in (*DUE_STATES, *LEASED_STATES):
+            raise JobInputError(ERR_CANCEL_STATE.format(job_id=job_id, state=job.state))
+    return _get(job_id)
 
 
 def job_retry(*, job_id: int, run_at: dt.datetime | None = None) -> Job:
@@ -201,6 +230,7 @@ def job_retry(*, job_id: int, run_at: dt.datetime | None = None) -> Job:
         finished_at=None,
         claimed_by="",
         lease_expires_at=None,
+        cancel_requested_at=None,
         max_attempts=max(job.max_attempts, job.attempts + 1),
     )
     if not moved:

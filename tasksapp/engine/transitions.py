@@ -21,6 +21,7 @@ from tasksapp.engine.store.rows import (
     DueJob,
     FailedAttempt,
     PollWindow,
+    Renewed,
     StartedJob,
 )
 
@@ -32,12 +33,14 @@ __all__ = [
     "DueJob",
     "StartedJob",
     "database_time",
+    "job_cancel_running",
     "job_claim_due",
     "job_fail",
     "job_poll_due",
     "job_reap_expired",
     "job_release",
     "job_renew",
+    "job_snooze",
     "job_start",
     "job_succeed",
 ]
@@ -125,8 +128,19 @@ def job_release(*, leases: Sequence[tuple[int, int]]) -> int:
     return job_store().release(leases=leases)
 
 
-def job_renew(*, leases: Sequence[tuple[int, int]], ttl: float) -> int:
-    """Extend the leases of running jobs this process still holds."""
+def job_renew(*, leases: Sequence[tuple[int, int]], ttl: float) -> Renewed:
+    """Extend the leases of running jobs this process still holds; the answer names
+    those an operator asked to cancel meanwhile."""
     if not leases:
-        return 0
+        return Renewed(0, frozenset())
     return job_store().renew(leases=leases, ttl=ttl)
+
+
+def job_cancel_running(*, job_id: int, token: int, began_ms: float | None = None) -> bool:
+    """running → cancelled: the handler stopped at a cancel request, or never began."""
+    return job_store().cancel_running(job_id=job_id, token=token, began_ms=began_ms)
+
+
+def job_snooze(*, job_id: int, token: int, delay: float) -> bool:
+    """running → scheduled, due again in `delay` s; the attempt is not counted."""
+    return job_store().snooze(job_id=job_id, token=token, delay=delay)

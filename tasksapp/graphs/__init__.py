@@ -3,6 +3,7 @@ GraphPlan planner turns "has X, wants Y" into layers of tasks (``planner``). Bot
 Python: no database, no Celery. ``runner`` holds the handlers that run a graph's jobs on
 the engine (tasksapp.graphs.services). See docs/GRAPHS.md."""
 
+from tasksapp.graphs.context import raise_if_task_cancelled, task_cancel_requested
 from tasksapp.graphs.planner import (
     Plan,
     PlanningError,
@@ -40,5 +41,7 @@ __all__ = [
     "plan_cache_clear",
     "plan_cache_info",
     "plan_tasks",
+    "raise_if_task_cancelled",
+    "task_cancel_requested",
     "task_spec",
 ]

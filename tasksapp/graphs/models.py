@@ -27,6 +27,7 @@ class GraphState(models.TextChoices):
     ABORTED = "aborted"  # a task failed (for good) and the graph stopped
     ROLLED_BACK = "rolled_back"  # a task failed and every completed task was rolled back
     FAILED = "failed"  # a rollback hook failed for good: not everything was undone
+    CANCELLED = "cancelled"  # an operator cancelled it (after its rollback, if any)
 
 
 GRAPH_FINAL_STATES = (
@@ -34,6 +35,7 @@ GRAPH_FINAL_STATES = (
     GraphState.ABORTED,
     GraphState.ROLLED_BACK,
     GraphState.FAILED,
+    GraphState.CANCELLED,
 )
 
 
@@ -65,6 +67,15 @@ class GraphRun(models.Model):
     max_restarts = models.PositiveIntegerField(default=2)
     max_task_attempts = models.PositiveIntegerField(default=3, help_text="Rerun strategy.")
     task_retry_policy = models.JSONField(default=dict, blank=True, help_text="Rerun strategy.")
+    on_complete = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        help_text="Handler of the job scheduled when the graph ends (its outcome in the payload).",
+    )
+    cancelled_at = models.DateTimeField(
+        null=True, blank=True, help_text="When an operator cancelled it."
+    )
     created_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

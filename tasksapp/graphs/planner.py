@@ -40,6 +40,12 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
+from tasksapp.graphs.grounding import (
+    ERR_TOO_MANY,
+    MAX_GROUND_TASKS,
+    GroundingError,
+    objects_by_type,
+)
 from tasksapp.graphs.registry import (
     NEGATION,
     Registry,
@@ -725,15 +731,38 @@ def _propositions(names: Iterable[str] | Mapping[str, Any], *, field: str) -> fr
     return frozenset(names)
 
 
+def _objects(tasks: Iterable[TaskSpec], has: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The objects ``has`` names for the parameter types of the tasks, as a cache key."""
+    types = [kind for spec in tasks for _, kind in spec.params]
+    try:
+        return tuple(objects_by_type(has, types).items())
+    except GroundingError as exc:
+        raise PlanningError(str(exc), goals=()) from exc
+
+
+def _grounded(tasks: Iterable[TaskSpec], objects: Mapping[str, tuple[str, ...]]) -> list:
+    """Plain tasks, and every ground task of the parameterised ones."""
+    ground = []
+    for spec in tasks:
+        ground += spec.grounded(objects)
+        if len(ground) > MAX_GROUND_TASKS:
+            raise PlanningError(ERR_TOO_MANY.format(most=MAX_GROUND_TASKS), goals=())
+    return ground
+
+
 def plan_tasks(
     *,
     tasks: Iterable[TaskSpec],
     has: Iterable[str] | Mapping[str, Any],
     wants: Iterable[str],
     fingerprint: str = "",
+    objects: tuple[tuple[str, tuple[str, ...]], ...] | None = None,
 ) -> Plan:
-    """Plan without the cache. ``has`` may be the job's values: only its keys are used."""
-    specs = {spec.name: spec for spec in tasks}
+    """Plan without the cache. ``has`` may be the job's values: only its keys are used,
+    and the lists of object names it holds for parameterised tasks (or ``objects``)."""
+    tasks = list(tasks)
+    objects = _objects(tasks, has) if objects is None else objects
+    specs = {spec.name: spec for spec in _grounded(tasks, dict(objects))}
     has, wants = _propositions(has, field="has"), _propositions(wants, field="wants")
     relevant = _relevant(specs.values(), wants)
     graph = PlanningGraph(relevant, has)
@@ -742,8 +771,16 @@ def plan_tasks(
 
 
 @lru_cache(maxsize=256)
-def _cached_plan(snapshot: RegistrySnapshot, has: frozenset[str], wants: frozenset[str]) -> Plan:
-    return plan_tasks(tasks=snapshot.specs, has=has, wants=wants, fingerprint=snapshot.fingerprint)
+def _cached_plan(
+    snapshot: RegistrySnapshot, has: frozenset[str], wants: frozenset[str], objects: tuple
+) -> Plan:
+    return plan_tasks(
+        tasks=snapshot.specs,
+        has=has,
+        wants=wants,
+        fingerprint=snapshot.fingerprint,
+        objects=objects,
+    )
 
 
 def graph_plan(
@@ -752,10 +789,12 @@ def graph_plan(
     wants: Iterable[str],
     registry: Registry | None = None,
 ) -> Plan:
-    """The plan for a job, cached by (registry fingerprint, has keys, wants)."""
+    """The plan for a job, cached by (registry fingerprint, has keys, wants, the objects
+    named for parameterised tasks)."""
     snapshot = (default_registry if registry is None else registry).snapshot()
+    objects = _objects(snapshot.specs, has)
     has, wants = _propositions(has, field="has"), _propositions(wants, field="wants")
-    return _cached_plan(snapshot, has, wants)
+    return _cached_plan(snapshot, has, wants, objects)
 
 
 plan_cache_info = _cached_plan.cache_info

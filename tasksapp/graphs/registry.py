@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tasksapp.graphs.grounding import bindings, bound, ground_name, rename, split_ground_name
+
 NEGATION = "¬"
 
 ERR_DUPLICATE = "graph task {name!r} is already registered with a different definition."
@@ -35,6 +37,15 @@ ERR_PROVIDES_CONSUMES = "graph task {name!r} both provides and consumes {props}.
 ERR_NOT_CALLABLE = "{field} of graph task {name!r} must be callable."
 ERR_OUTPUT_TYPE = "graph task {name!r} must return a dict, not {kind}."
 ERR_OUTPUT_MISSING = "graph task {name!r} did not return {props}."
+ERR_OPTIONS = "options of graph task {name!r}: {reason}"
+ERR_OPTIONS_KEYS = "options of graph task {name!r} may only set {allowed} (got {given})."
+# A task's own job options: every JobOptions field but the delivery mode (a task's job is
+# transactional: its outcome and the graph's next step commit together).
+TASK_OPTION_FIELDS = ("max_attempts", "retry_policy", "time_limit")
+ERR_PARAMS = (
+    "params of graph task {name!r} must map parameter names (identifiers) to object types"
+    " (identifiers), or list parameter names (each its own type)."
+)
 
 TaskFunc = Callable[[dict[str, Any]], Mapping[str, Any]]
 RescueFunc = Callable[[dict[str, Any], BaseException], Mapping[str, Any] | None]
@@ -86,11 +97,16 @@ class TaskSpec:
     optional: frozenset[str] = frozenset()
     rescue: RescueFunc | None = field(default=None, compare=False)
     rollback: RollbackFunc | None = field(default=None, compare=False)
+    # (name, object type) of each parameter: the task is grounded over the job's objects
+    params: tuple[tuple[str, str], ...] = ()
+    # Its own job options (tasksapp.engine.options.JobOptions), applied before the graph's
+    # strategy: runs of the task (max_attempts, retry_policy) and its time_limit
+    options: Any = field(default=None, compare=False)
 
     @property
     def definition(self) -> tuple:
         """Everything that identifies the task, as plain data (callables by dotted path)."""
-        return (
+        definition = (
             self.name,
             sorted(self.requires),
             sorted(self.provides),
@@ -98,6 +114,48 @@ class TaskSpec:
             sorted(self.optional),
             [_path(self.func), _path(self.rescue), _path(self.rollback)],
         )
+        if self.params:
+            definition = (*definition, [list(p) for p in self.params])
+        if self.options is not None:
+            definition = (*definition, sorted(self.options.as_fields().items()))
+        return definition
+
+    def ground(self, binding: Mapping[str, str]) -> TaskSpec:
+        """The task with its parameters bound to objects: ``fetch_posts(google)``."""
+        to_ground = {
+            prop: bound(prop, binding) for prop in self.requires | self.provides | self.consumes
+        }
+        to_template = {ground: prop for prop, ground in to_ground.items()}
+        func, rescue, rollback = self.func, self.rescue, self.rollback
+
+        def run(inputs: dict[str, Any]) -> Any:
+            outputs = func({**rename(inputs, to_template), **binding})
+            return rename(outputs, to_ground) if isinstance(outputs, Mapping) else outputs
+
+        def rescue_ground(inputs: dict[str, Any], error: BaseException) -> Any:
+            replaced = rescue({**rename(inputs, to_template), **binding}, error)
+            return rename(replaced, to_ground) if isinstance(replaced, Mapping) else replaced
+
+        def rollback_ground(inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+            rollback({**rename(inputs, to_template), **binding}, rename(outputs, to_template))
+
+        return TaskSpec(
+            name=ground_name(self.name, (binding[name] for name, _ in self.params)),
+            func=run,
+            requires=frozenset(to_ground[p] for p in self.requires),
+            provides=frozenset(to_ground[p] for p in self.provides),
+            consumes=frozenset(to_ground[p] for p in self.consumes),
+            optional=self.optional,
+            rescue=None if rescue is None else rescue_ground,
+            rollback=None if rollback is None else rollback_ground,
+            options=self.options,
+        )
+
+    def grounded(self, objects: Mapping[str, tuple[str, ...]]) -> list[TaskSpec]:
+        """A plain task itself; a parameterised one for every binding to the objects."""
+        if not self.params:
+            return [self]
+        return [self.ground(binding) for binding in bindings(self.params, objects)]
 
     def check_outputs(self, outputs: Any) -> dict[str, Any]:
         """Return the provided values from ``outputs`` or raise GraphTaskError."""
@@ -123,6 +181,8 @@ def task_spec(
     rescue: RescueFunc | None = None,
     rollback: RollbackFunc | None = None,
     name: str | None = None,
+    params: Mapping[str, str] | Iterable[str] = (),
+    options: Mapping[str, Any] | None = None,
 ) -> TaskSpec:
     """Validate a declaration and return its TaskSpec; raise GraphTaskError if invalid."""
     name = name or _path(func)
@@ -138,6 +198,8 @@ def task_spec(
         optional=_propositions(optional, field="optional", name=name),
         rescue=rescue,
         rollback=rollback,
+        params=_params(params, name=name),
+        options=_options(options, name=name),
     )
     if not spec.provides:
         raise GraphTaskError(ERR_NO_PROVIDES.format(name=name))
@@ -145,6 +207,38 @@ def task_spec(
         overlap = _quoted(spec.provides & spec.consumes)
         raise GraphTaskError(ERR_PROVIDES_CONSUMES.format(name=name, props=overlap))
     return spec
+
+
+def _options(value: Any, *, name: str):
+    """The task's own JobOptions (validated as every job's are), or None."""
+    if value is None:
+        return None
+    # Imported here: the registry and the planner stay importable without Django.
+    from tasksapp.engine.models import Delivery
+    from tasksapp.engine.options import JobOptions, JobOptionsError
+
+    if not isinstance(value, Mapping) or not set(value) <= set(TASK_OPTION_FIELDS):
+        given = ", ".join(sorted(map(str, value))) if isinstance(value, Mapping) else value
+        allowed = ", ".join(TASK_OPTION_FIELDS)
+        raise GraphTaskError(ERR_OPTIONS_KEYS.format(name=name, allowed=allowed, given=given))
+    try:
+        return JobOptions.validated(
+            max_attempts=value.get("max_attempts", 1),
+            retry_policy=value.get("retry_policy"),
+            time_limit=value.get("time_limit"),
+            delivery=Delivery.TRANSACTIONAL,
+        )
+    except JobOptionsError as exc:
+        raise GraphTaskError(ERR_OPTIONS.format(name=name, reason=exc)) from exc
+
+
+def _params(value: Any, *, name: str) -> tuple[tuple[str, str], ...]:
+    if isinstance(value, str):
+        raise GraphTaskError(ERR_PARAMS.format(name=name))
+    pairs = list(value.items()) if isinstance(value, Mapping) else [(p, p) for p in value]
+    if not all(isinstance(p, str) and p.isidentifier() for pair in pairs for p in pair):
+        raise GraphTaskError(ERR_PARAMS.format(name=name))
+    return tuple(pairs)
 
 
 @dataclass(frozen=True)
@@ -160,6 +254,7 @@ class Registry:
 
     def __init__(self, specs: Iterable[TaskSpec] = ()) -> None:
         self._specs: dict[str, TaskSpec] = {}
+        self._ground: dict[str, TaskSpec] = {}  # ground tasks built for get(), by name
         self._snapshot: RegistrySnapshot | None = None
         for spec in specs:
             self.register(spec)
@@ -172,6 +267,7 @@ class Registry:
             return existing
         self._specs[spec.name] = spec
         self._snapshot = None
+        self._ground.clear()
         return spec
 
     def task(self, **declaration: Any) -> Callable[[TaskFunc], TaskFunc]:
@@ -184,10 +280,21 @@ class Registry:
         return decorate
 
     def get(self, name: str) -> TaskSpec:
-        try:
-            return self._specs[name]
-        except KeyError:
-            raise GraphTaskError(ERR_UNKNOWN.format(name=name)) from None
+        """The task called ``name``, or the ground task ``base(obj, …)`` of a
+        parameterised one."""
+        spec = self._specs.get(name)
+        if spec is not None:
+            return spec
+        ground = self._ground.get(name)
+        if ground is not None:
+            return ground
+        split = split_ground_name(name)
+        base = self._specs.get(split[0]) if split else None
+        if base is None or not base.params or len(split[1]) != len(base.params):
+            raise GraphTaskError(ERR_UNKNOWN.format(name=name))
+        ground = base.ground(dict(zip((p for p, _ in base.params), split[1], strict=True)))
+        self._ground[name] = ground
+        return ground
 
     def __contains__(self, name: object) -> bool:
         return name in self._specs
@@ -223,8 +330,14 @@ def graph_task(
     rollback: RollbackFunc | None = None,
     name: str | None = None,
     registry: Registry | None = None,
+    params: Mapping[str, str] | Iterable[str] = (),
+    options: Mapping[str, Any] | None = None,
 ) -> Callable[[TaskFunc], TaskFunc]:
-    """Register the decorated function as a graph task (in the default registry)."""
+    """Register the decorated function as a graph task (in the default registry).
+    ``params`` ({name: object type}, or names that are their own types) makes it a
+    parameterised task, grounded over the objects each job names (grounding.py).
+    ``options`` ({"max_attempts", "retry_policy", "time_limit"}) are the task's own job
+    options: its runs are retried by them before the graph's strategy applies."""
     target = default_registry if registry is None else registry
     return target.task(
         requires=requires,
@@ -234,6 +347,8 @@ def graph_task(
         rescue=rescue,
         rollback=rollback,
         name=name,
+        params=params,
+        options=options,
     )
 
 

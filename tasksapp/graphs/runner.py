@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from tasksapp.engine.handlers import JobContext, job_handler
+from tasksapp.graphs.context import running_task_job
 from tasksapp.graphs.services import graph_rollback, graph_start, task_run_execute
 
 
@@ -21,12 +22,13 @@ def start_graph(ctx: JobContext) -> dict:
 
 @job_handler
 def run_task(ctx: JobContext) -> dict:
-    return task_run_execute(
-        task_run_id=int(ctx.payload["task_run_id"]),
-        job_id=ctx.job_id,
-        attempt=ctx.attempt,
-        max_attempts=ctx.max_attempts,
-    )
+    with running_task_job(ctx):  # the task may check task_cancel_requested()
+        return task_run_execute(
+            task_run_id=int(ctx.payload["task_run_id"]),
+            job_id=ctx.job_id,
+            attempt=ctx.attempt,
+            max_attempts=ctx.max_attempts,
+        )
 
 
 @job_handler

@@ -4,11 +4,16 @@ of graph runs, and the graph a job belongs to. Two queries per graph view."""
 from __future__ import annotations
 
 import datetime as dt
+import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import TextField
+from django.db.models.functions import Cast
+
 from tasksapp.engine.models import Job, JobState
-from tasksapp.graphs.models import GraphRun, TaskRun, TaskState
+from tasksapp.graphs.models import GRAPH_FINAL_STATES, GraphRun, TaskRun, TaskState
 from tasksapp.graphs.planner import Plan
 from tasksapp.graphs.services.common import ROLLBACK_HANDLER, TASK_HANDLER
 
@@ -71,6 +76,12 @@ class GraphView:
     finished_at: dt.datetime | None
     goals: dict[str, str | None]
     layers: tuple[tuple[TaskView, ...], ...]
+    cancelled_at: dt.datetime | None = None
+    on_complete: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.state in GRAPH_FINAL_STATES
 
     @property
     def tasks(self) -> tuple[TaskView, ...]:
@@ -142,6 +153,8 @@ def graph_view(*, graph: GraphRun) -> GraphView:
         finished_at=graph.finished_at,
         goals=dict(plan.goals),
         layers=layers,
+        cancelled_at=graph.cancelled_at,
+        on_complete=graph.on_complete,
     )
 
 
@@ -165,14 +178,68 @@ def graph_run_id_for_job(*, job_id: int) -> int | None:
 
 
 def graph_run_page(
-    *, state: str | None = None, before_id: int | None = None, limit: int = PAGE_SIZE
+    *,
+    state: str | None = None,
+    goal: str | None = None,
+    before_id: int | None = None,
+    limit: int = PAGE_SIZE,
 ) -> list[GraphRun]:
-    """Graph runs, newest first (by id), optionally in one state, after ``before_id``.
-    The plan, has and values are not loaded."""
+    """Graph runs, newest first (by id), optionally in one state and wanting ``goal``,
+    after ``before_id``. The plan, has and values are not loaded."""
     limit = max(1, min(limit, MAX_PAGE_SIZE))
     runs = GraphRun.objects.defer("plan", "has", "values", "result")
     if state is not None:
         runs = runs.filter(state=state)
+    if goal:
+        # One of the wanted names, as its JSON text (quoted) in the list: both databases.
+        wants_text = Cast("wants", TextField())
+        runs = runs.alias(wants_text=wants_text).filter(
+            wants_text__contains=json.dumps(goal, ensure_ascii=False)
+        )
     if before_id is not None:
         runs = runs.filter(id__lt=before_id)
     return list(runs.order_by("-id")[:limit])
+
+
+MAX_WAIT_SECONDS = 3600.0
+WAIT_POLL_SECONDS = (0.02, 0.05, 0.1, 0.2, 0.5)  # between looks; the last one repeats
+ERR_WAIT_TIMEOUT = "timeout must be a number of seconds between 0 and {most:g}."
+ERR_WAIT_NOT_FOUND = "graph {graph} does not exist."
+
+
+class GraphWaitTimeout(TimeoutError):
+    """The graph had not ended when the wait ran out; ``graph`` is its view then."""
+
+    def __init__(self, graph: GraphView, timeout: float) -> None:
+        super().__init__(f"graph {graph.id} is still {graph.state} after {timeout:g} s")
+        self.graph = graph
+
+
+def graph_job_wait(graph_run_id: int, timeout: float) -> GraphView:
+    """Wait until the graph has ended (succeeded, aborted, rolled back, failed or
+    cancelled) and return its view; GraphWaitTimeout after ``timeout`` seconds. Looks at
+    one indexed column, more slowly the longer it waits (at most every 0.5 s)."""
+    timeout = checked_wait_timeout(timeout)
+    deadline = time.monotonic() + timeout
+    pauses = iter(WAIT_POLL_SECONDS)
+    while True:
+        state = GraphRun.objects.filter(id=graph_run_id).values_list("state", flat=True).first()
+        if state is None:
+            raise LookupError(ERR_WAIT_NOT_FOUND.format(graph=graph_run_id))
+        left = deadline - time.monotonic()
+        if state in GRAPH_FINAL_STATES or left <= 0:
+            break
+        time.sleep(min(next(pauses, WAIT_POLL_SECONDS[-1]), left))
+    view = graph_run_get(graph_run_id=graph_run_id)
+    if view is None:
+        raise LookupError(ERR_WAIT_NOT_FOUND.format(graph=graph_run_id))
+    if not view.done:
+        raise GraphWaitTimeout(view, timeout)
+    return view
+
+
+def checked_wait_timeout(timeout: Any, *, most: float = MAX_WAIT_SECONDS) -> float:
+    number = isinstance(timeout, int | float) and not isinstance(timeout, bool)
+    if not number or not 0 <= timeout <= most:  # NaN fails both comparisons
+        raise ValueError(ERR_WAIT_TIMEOUT.format(most=most))
+    return float(timeout)

@@ -41,6 +41,7 @@ from tasksapp.web.operators import (
     PERM_OPERATE,
     SERVICE_ACTIONS,
     api_token_revoke_audited,
+    graph_cancel_audited,
     job_cancel_audited,
     job_retry_audited,
     job_run_now_audited,
@@ -263,7 +264,7 @@ class JobAdmin(OperateMixin, admin.ModelAdmin):
     ordering = ["-id"]
     paginator = EstimatedCountPaginator
     show_full_result_count = False
-    actions = ["retry_jobs", "cancel_jobs", "run_jobs_now"]
+    actions = ["retry_jobs", "cancel_jobs", "run_jobs_now", "cancel_graphs"]
 
     def has_add_permission(self, request) -> bool:
         return self.has_operate_permission(request)
@@ -294,6 +295,12 @@ class JobAdmin(OperateMixin, admin.ModelAdmin):
     )
     run_jobs_now = _operator_action(
         job_run_now_audited, "Run selected jobs now", "{count} job(s) due now.", job_id=_pk
+    )
+    cancel_graphs = _operator_action(
+        graph_cancel_audited,
+        "Cancel the graphs of selected graph jobs",
+        "{count} graph(s) cancelled.",
+        job_id=_pk,
     )
 
 

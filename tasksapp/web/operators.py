@@ -24,6 +24,9 @@ from django.views.decorators.debug import sensitive_variables
 
 from tasksapp.engine.models import Job
 from tasksapp.engine.services import JobInputError, job_cancel, job_retry, job_run_now
+from tasksapp.graphs.models import GraphRun
+from tasksapp.graphs.selectors import graph_run_id_for_job
+from tasksapp.graphs.services import GraphInputError, graph_cancel
 from tasksapp.recurring.models import Member, RecurringTask
 from tasksapp.recurring.services import (
     PlanningInputError,
@@ -58,6 +61,7 @@ ROLES = {
 
 ERR_NOT_OPERATOR = "only operators may do this: {user} is not in the operator group."
 ERR_TASK_NOT_FOUND = "recurring task {task_id} does not exist."
+ERR_NOT_A_GRAPH = "job {job_id} belongs to no graph."
 DENIED = "denied:"  # the action prefix of a refused attempt
 REFUSAL_PATH_MAX = 500
 
@@ -144,6 +148,8 @@ def _job_audited(service, action: str, *, user: Any, job_id: int, via: str, **op
         before = Job.objects.filter(id=job_id).values_list("state", "run_at").first()
         job = service(job_id=job_id, **options)
         details = {"state_before": before[0] if before else None, "state_after": job.state}
+        if job.cancel_requested_at is not None and job.state != "cancelled":
+            details["cancel_requested_at"] = job.cancel_requested_at.isoformat()
         if before and job.run_at != before[1]:
             details["run_at_before"] = before[1].isoformat()
             details["run_at_after"] = job.run_at.isoformat()
@@ -154,7 +160,8 @@ def _job_audited(service, action: str, *, user: Any, job_id: int, via: str, **op
 
 
 def job_cancel_audited(*, user: Any, job_id: int, via: str) -> Job:
-    """scheduled|failed → cancelled (job_cancel), recorded."""
+    """scheduled|failed → cancelled; claimed|running: cancel requested (job_cancel),
+    recorded."""
     return _job_audited(job_cancel, "cancel", user=user, job_id=job_id, via=via)
 
 
@@ -168,6 +175,27 @@ def job_retry_audited(
 def job_run_now_audited(*, user: Any, job_id: int, via: str) -> Job:
     """A waiting job's run time moved to now (job_run_now), recorded."""
     return _job_audited(job_run_now, "run_now", user=user, job_id=job_id, via=via)
+
+
+def graph_cancel_audited(*, user: Any, job_id: int, via: str) -> GraphRun:
+    """Cancel the graph job `job_id` belongs to (as its graph job or one of its task
+    jobs): graph_cancel, recorded against the graph."""
+    _require_operator(user)
+    with transaction.atomic():
+        graph_run_id = graph_run_id_for_job(job_id=job_id)
+        if graph_run_id is None:
+            raise GraphInputError(ERR_NOT_A_GRAPH.format(job_id=job_id))
+        before = GraphRun.objects.filter(id=graph_run_id).values_list("state", flat=True).first()
+        graph = graph_cancel(graph_run_id=graph_run_id)
+        operator_action_record(
+            user=user,
+            via=via,
+            action="cancel_graph",
+            target_type="graph",
+            target_id=graph.id,
+            details={"job_id": job_id, "state_before": before, "state_after": graph.state},
+        )
+    return graph
 
 
 def _task_active_audited(*, user: Any, task_id: int, via: str, active: bool) -> RecurringTask:
@@ -268,6 +296,7 @@ SERVICE_ACTIONS = {
     job_cancel_audited: "cancel",
     job_retry_audited: "retry",
     job_run_now_audited: "run_now",
+    graph_cancel_audited: "cancel_graph",
     recurring_task_pause_audited: "pause",
     recurring_task_resume_audited: "resume",
     member_deactivate_audited: "deactivate",

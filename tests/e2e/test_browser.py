@@ -314,3 +314,48 @@ def test_graph_job_page(browser, live_server, viewer, shots):
     assert states == {"succeeded"}
     assert "demo.suggest" in section.text and " ms" in section.text
     shots(browser, "09-graph-job")
+
+
+def test_graph_drawn_as_a_dag_refreshes_live_and_is_listed(browser, live_server, viewer, shots):
+    """The suggestions demo graph half run: the SVG shows finished, running and waiting
+    tasks; the rest runs while the page is open and the drawing follows by itself."""
+    from selenium.webdriver.common.by import By
+
+    from tasksapp.graphs.models import GraphRun, TaskRun, TaskState
+    from tasksapp.graphs.services import graph_job_schedule
+    from tests.graphs.conftest import drain, run_next
+
+    graph = graph_job_schedule(
+        has={"user_id": 7, "latency_scale": 0, "failure_rate": 0}, wants=["suggestions"]
+    )
+    for _ in range(5):  # the graph job, then the first tasks
+        run_next()
+    ready = TaskRun.objects.filter(graph_run=graph, state=TaskState.READY).order_by("id")
+    Job.objects.filter(id=ready.first().job_id).update(state=JobState.RUNNING)  # shown running
+    login(browser, live_server, "vera")
+    browser.get(f"{live_server.url}/jobs/{graph.job_id}/")
+    svg = browser.find_element(By.ID, "graph-svg")
+    states = {g.get_attribute("data-state") for g in svg.find_elements(By.CSS_SELECTOR, ".gnode")}
+    assert {"succeeded", "running", "waiting"} <= states, states
+    edges = svg.find_elements(By.CSS_SELECTOR, ".gedge")
+    assert len(edges) == sum(len(after) for after in graph.plan["after"].values())
+    assert browser.find_element(By.ID, "graph").get_attribute("data-done") == "false"
+    shots(browser, "10-graph-dag-running")
+
+    Job.objects.filter(id=ready.first().job_id).update(state=JobState.SCHEDULED)
+    drain()
+    assert GraphRun.objects.get(id=graph.id).state == GraphState.SUCCEEDED
+
+    def all_done(driver):
+        section = driver.find_element(By.ID, "graph")
+        nodes = section.find_elements(By.CSS_SELECTOR, "#graph-svg .gnode")
+        done = {node.get_attribute("data-state") for node in nodes} == {"succeeded"}
+        return done and section.get_attribute("data-done") == "true"
+
+    wait(browser, all_done, timeout=15)  # refreshed in place, no reload
+    shots(browser, "11-graph-dag-done")
+
+    browser.get(f"{live_server.url}/graphs/?goal=suggestions")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#graphs tr[data-state]")
+    assert [row.get_attribute("data-state") for row in rows] == ["succeeded"]
+    shots(browser, "12-graph-runs")

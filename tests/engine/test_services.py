@@ -86,13 +86,28 @@ def test_cancel_moves_a_scheduled_job_and_is_idempotent():
     assert job_cancel(job_id=job.id).state == JobState.CANCELLED
 
 
-def test_cancel_refuses_a_running_job():
-    job = JobFactory(state=JobState.RUNNING)
+def test_cancel_refuses_a_finished_job():
+    job = JobFactory(state=JobState.SUCCEEDED)
     with pytest.raises(JobInputError) as raised:
         job_cancel(job_id=job.id)
-    assert str(raised.value) == errors.ERR_CANCEL_STATE.format(job_id=job.id, state="running")
+    assert str(raised.value) == errors.ERR_CANCEL_STATE.format(job_id=job.id, state="succeeded")
     job.refresh_from_db()
-    assert job.state == JobState.RUNNING
+    assert job.state == JobState.SUCCEEDED and job.cancel_requested_at is None
+
+
+@pytest.mark.parametrize("state", [JobState.CLAIMED, JobState.RUNNING])
+def test_cancel_of_a_leased_job_requests_it_once(state):
+    job = JobFactory(state=state, lease_token=3)
+    first = job_cancel(job_id=job.id)
+    assert first.state == state and first.cancel_requested_at is not None
+    again = job_cancel(job_id=job.id)
+    assert again.cancel_requested_at == first.cancel_requested_at
+    assert again.lease_token == 3
+
+
+def test_retry_of_a_cancelled_job_forgets_the_cancel_request():
+    job = JobFactory(state=JobState.CANCELLED, cancel_requested_at=timezone.now())
+    assert job_retry(job_id=job.id).cancel_requested_at is None
 
 
 def test_cancel_unknown_job():

@@ -137,10 +137,53 @@ def test_a_failure_appends_one_error_entry(store, state, retry_in):
 def test_a_renewal_extends_only_current_leases(store):
     job = JobFactory()
     started = running(store, job, ttl=1)
-    assert store.renew(leases=[(job.id, started.token - 1)], ttl=60) == 0
-    assert store.renew(leases=[(job.id, started.token)], ttl=60) == 1
+    assert store.renew(leases=[(job.id, started.token - 1)], ttl=60).count == 0
+    assert store.renew(leases=[(job.id, started.token)], ttl=60).count == 1
     job.refresh_from_db()
     assert job.lease_expires_at > timezone.now() + dt.timedelta(seconds=50)
+
+
+def test_a_renewal_names_the_jobs_an_operator_cancelled(store):
+    asked, other = JobFactory(), JobFactory()
+    leases = [(job.id, running(store, job).token) for job in (asked, other)]
+    assert store.renew(leases=leases, ttl=60).cancel_requested == frozenset()
+    services.job_cancel(job_id=asked.id)
+    renewed = store.renew(leases=leases, ttl=60)
+    assert (renewed.count, renewed.cancel_requested) == (2, frozenset({asked.id}))
+
+
+def test_a_cancel_of_a_running_job_is_fenced(store):
+    job = JobFactory()
+    started = running(store, job)
+    assert not store.cancel_running(job_id=job.id, token=started.token - 1, began_ms=None)
+    assert store.cancel_running(job_id=job.id, token=started.token, began_ms=None)
+    job.refresh_from_db()
+    assert (job.state, job.attempts, job.lease_expires_at) == (JobState.CANCELLED, 1, None)
+
+
+def test_a_snooze_is_fenced_gives_back_the_attempt_and_is_recorded(store):
+    job = JobFactory()
+    started = running(store, job)
+    assert not store.snooze(job_id=job.id, token=started.token - 1, delay=30)
+    assert store.snooze(job_id=job.id, token=started.token, delay=30)
+    job.refresh_from_db()
+    assert (job.state, job.attempts, job.claimed_by) == (JobState.SCHEDULED, 0, "")
+    assert job.run_at > timezone.now() + dt.timedelta(seconds=25)
+    (entry,) = job.history
+    assert (entry["event"], entry["attempt"], entry["seconds"]) == ("snoozed", 1, 30)
+
+
+def test_an_expired_lease_of_a_cancelled_job_ends_it_cancelled(store):
+    claimed_job, running_job = JobFactory(), JobFactory()
+    claimed(store, claimed_job)
+    running(store, running_job)
+    for job in (claimed_job, running_job):
+        services.job_cancel(job_id=job.id)
+        expire(job)
+    assert store.reap_expired(partitions=16, owned=ALL, error=LEASE_LOST).count == 2
+    for job in (claimed_job, running_job):
+        job.refresh_from_db()
+        assert job.state == JobState.CANCELLED and job.finished_at is not None
 
 
 def test_a_release_hands_a_started_job_back_without_counting_the_attempt(store):

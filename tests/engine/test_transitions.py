@@ -116,8 +116,8 @@ def test_renew_extends_only_current_leases():
     job = JobFactory()
     claim = claim_one(job)
     job_start(claims=[(job.id, claim.token)], worker="w", ttl=1)
-    assert job_renew(leases=[(job.id, claim.token - 1)], ttl=60) == 0
-    assert job_renew(leases=[(job.id, claim.token)], ttl=60) == 1
+    assert job_renew(leases=[(job.id, claim.token - 1)], ttl=60).count == 0
+    assert job_renew(leases=[(job.id, claim.token)], ttl=60).count == 1
     job.refresh_from_db()
     assert job.lease_expires_at > timezone.now() + dt.timedelta(seconds=50)
 

@@ -7,7 +7,12 @@ rolled back with a killed worker included. The job's ``has`` steers them (all op
 - ``key``: tells the calls of one test apart;
 - ``fail``: ``{task: n}`` fails the first n runs of the task (``-1``: every run);
   ``{"<task>.rollback": 1}`` makes its rollback hook fail;
-- ``sleep``: ``{task: seconds}`` before it returns.
+- ``sleep``: ``{task: seconds}`` before it returns;
+- ``until_cancelled``: ``{task: seconds}``: checks for a cancel request every 0.05 s for
+  that long (raising JobCancelled when it comes), logging ``cancelled`` first.
+
+``record_graph_outcome`` is an ``on_complete`` handler: it logs the graph's end (key: the
+graph's id, task: its state, kind ``complete``).
 
 Graph ``d``: ``seed → test.a → (test.b, test.c) → test.d``; ``test.e`` needs only
 ``b``. ``test.fetch`` needs a ``token`` and fails with InvalidToken unless it is
@@ -25,6 +30,8 @@ from typing import Any
 import psycopg
 from django.db import connection
 
+from tasksapp.engine.handlers import job_handler
+from tasksapp.graphs.context import raise_if_task_cancelled, task_cancel_requested
 from tasksapp.graphs.registry import graph_task
 
 CALLS_TABLE = """
@@ -32,7 +39,7 @@ CREATE TABLE IF NOT EXISTS test_graph_calls (
     id bigserial PRIMARY KEY, key text NOT NULL, task text NOT NULL, kind text NOT NULL,
     pid int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())
 """
-OPTIONAL = ("key", "fail", "sleep")
+OPTIONAL = ("key", "fail", "sleep", "until_cancelled")
 BARRIERS: dict[str, threading.Barrier] = {}  # in-process tests: task name -> barrier
 _local = threading.local()
 _opened: list[psycopg.Connection] = []
@@ -87,10 +94,27 @@ def _behave(name: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> dict[
     seconds = (inputs.get("sleep") or {}).get(name)
     if seconds:
         time.sleep(seconds)
+    _until_cancelled(key, name, (inputs.get("until_cancelled") or {}).get(name))
     fails = (inputs.get("fail") or {}).get(name, 0)
     if fails < 0 or runs <= fails:
         raise TaskBroke(f"{name} run {runs} fails")
     return outputs
+
+
+def _until_cancelled(key: str, name: str, seconds: float | None) -> None:
+    until = time.monotonic() + (seconds or 0)
+    while time.monotonic() < until:
+        if task_cancel_requested():
+            log_call(key, name, "cancelled")
+        raise_if_task_cancelled()
+        time.sleep(0.05)
+
+
+@job_handler
+def record_graph_outcome(ctx):
+    payload = ctx.payload
+    log_call(str(payload["graph_run_id"]), payload["state"], "complete")
+    return {"seen": payload}
 
 
 def _rollback(name: str):
@@ -155,3 +179,57 @@ def fetch(inputs):
     if inputs["token"] != "fresh":
         raise InvalidToken(f"token {inputs['token']!r} expired")
     return {"data": "fetched"}
+
+
+# Parameterised tasks (grounded over has["network"]): test.token(network) → test.posts(network).
+@graph_task(
+    name="test.token",
+    params={"network": "network"},
+    requires=["seed"],
+    provides=["token(network)"],
+    optional=OPTIONAL,
+)
+def network_token(inputs):
+    return _behave(
+        f"test.token({inputs['network']})", inputs, {"token(network)": f"t-{inputs['network']}"}
+    )
+
+
+def _rollback_posts(inputs, outputs):
+    log_call(inputs.get("key", ""), f"test.posts({inputs['network']})", "rollback")
+
+
+@graph_task(
+    name="test.posts",
+    params={"network": "network"},
+    requires=["token(network)"],
+    provides=["posts(network)"],
+    optional=OPTIONAL,
+    rollback=_rollback_posts,
+)
+def network_posts(inputs):
+    posts = [f"{inputs['network']}:{inputs['token(network)']}:{n}" for n in range(2)]
+    return _behave(f"test.posts({inputs['network']})", inputs, {"posts(network)": posts})
+
+
+# Tasks with their own job options: runs retried before the graph's strategy applies.
+@graph_task(
+    name="test.flaky",
+    requires=["seed"],
+    provides=["flaky"],
+    optional=OPTIONAL,
+    options={"max_attempts": 3, "retry_policy": {"delays": [0]}},
+)
+def flaky(inputs):
+    return _behave("test.flaky", inputs, {"flaky": "ok"})
+
+
+@graph_task(
+    name="test.limited",
+    requires=["seed"],
+    provides=["limited"],
+    optional=OPTIONAL,
+    options={"time_limit": 0.5},
+)
+def limited(inputs):
+    return _behave("test.limited", inputs, {"limited": "ok"})

@@ -210,3 +210,55 @@ def tick_until_limit(ctx):
             )
             time.sleep(0.05)
     return {"attempt": ctx.attempt}
+
+
+@job_handler
+def record_until_cancelled(ctx):
+    """Writes its keyed effect (in the job's transaction when transactional), marks the
+    attempt started, then checks for a cancel request every 0.05 s for at most
+    payload['block'] s (60) and returns if none came."""
+    import os
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO test_keyed_effects (job_id, attempt, idempotency_key) VALUES (%s, %s, %s)",
+            [ctx.job_id, ctx.attempt, ctx.idempotency_key],
+        )
+    with _autocommit_connection() as own:
+        own.execute(
+            "INSERT INTO test_started (job_id, attempt, pid) VALUES (%s, %s, %s)",
+            [ctx.job_id, ctx.attempt, os.getpid()],
+        )
+    until = time.monotonic() + float(ctx.payload.get("block", 60))
+    while time.monotonic() < until:
+        ctx.raise_if_cancelled()
+        time.sleep(0.05)
+    return {"job": ctx.job_id, "cancel_seen": ctx.cancel_requested}
+
+
+@job_handler
+def snooze_then_record(ctx):
+    """Snoozes payload['seconds'] (1) on each of its first payload['snoozes'] (1) runs,
+    counted in test_started; then records its effect. payload['bad'] snoozes with it."""
+    import os
+
+    with _autocommit_connection() as own:
+        own.execute(
+            "INSERT INTO test_started (job_id, attempt, pid) VALUES (%s, %s, %s)",
+            [ctx.job_id, ctx.attempt, os.getpid()],
+        )
+        runs = own.execute(
+            "SELECT count(*) FROM test_started WHERE job_id = %s", [ctx.job_id]
+        ).fetchone()[0]
+    from tasksapp.engine import Snooze
+
+    if "bad" in ctx.payload:
+        raise Snooze(ctx.payload["bad"])
+    with connection.cursor() as cursor:  # rolled back with a snooze (transactional)
+        cursor.execute(
+            "INSERT INTO test_keyed_effects (job_id, attempt, idempotency_key) VALUES (%s, %s, %s)",
+            [ctx.job_id, ctx.attempt, ctx.idempotency_key],
+        )
+    if runs <= int(ctx.payload.get("snoozes", 1)):
+        raise Snooze(float(ctx.payload.get("seconds", 1)))
+    return {"runs": runs, "attempt": ctx.attempt}

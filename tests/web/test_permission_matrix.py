@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState, WorkerProcess
 from tasksapp.graphs.models import GraphRun, TaskRun
+from tasksapp.graphs.services import graph_job_schedule
 from tasksapp.recurring.models import FreeOrdinal, Member, RecurringTask, SlicePlan
 from tasksapp.recurring.services import member_create, member_deactivate, recurring_task_create
 from tasksapp.web.models import ApiToken, OperatorAction
@@ -136,8 +137,14 @@ MATRIX: list[Row] = [
             {"job_id": job, "action": action},
             action=action.replace("-", "_"),
         )
-        for job, action in [("job", "cancel"), ("dead_job", "retry"), ("job", "run-now")]
+        for job, action in [
+            ("job", "cancel"),
+            ("dead_job", "retry"),
+            ("job", "run-now"),
+            ("graph_job", "cancel-graph"),
+        ]
     ],
+    Row("dashboard:graph-list", "GET", "view", PAGE),
     Row("dashboard:audit", "GET", "view", PAGE),
     Row("dashboard:tokens", "GET", "view", PAGE),
     Row(
@@ -192,6 +199,15 @@ MATRIX: list[Row] = [
         body=GRAPH_BODY,
         action="graph_job_create",
     ),
+    Row(
+        "api:graph-job-cancel",
+        "POST",
+        "operate",
+        API_WRITE_OK,
+        {"job_id": "graph_job"},
+        action="cancel_graph",
+    ),
+    Row("api:graph-job-wait", "GET", "view", API_READ, {"job_id": "graph_job"}, {"timeout": 0}),
     Row("api:members", "GET", "view", API_READ),
     Row(
         "api:members",
@@ -255,6 +271,7 @@ MATRIX: list[Row] = [
     _admin("job", "retry_jobs", "@dead_job", "retry"),
     _admin("job", "cancel_jobs", "@job", "cancel"),
     _admin("job", "run_jobs_now", "@job", "run_now"),
+    _admin("job", "cancel_graphs", "@graph_job", "cancel_graph"),
     _admin("member", "deactivate_members", "@member", "deactivate"),
     _admin("member", "activate_members", "@inactive_member", "activate"),
     _admin("recurringtask", "pause_tasks", "@task", "pause"),
@@ -315,6 +332,7 @@ def world(roles):  # noqa: F811
     return {
         "job": make_job(),
         "dead_job": make_job(JobState.DEAD),
+        "graph_job": graph_job_schedule(has=GRAPH_BODY["has"], wants=GRAPH_BODY["wants"]).job,
         "member": member_create(external_id="m-active"),
         "inactive_member": member_deactivate(member=member_create(external_id="m-inactive")),
         "task": task,

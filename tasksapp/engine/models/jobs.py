@@ -61,6 +61,11 @@ class Job(models.Model):
     errors = models.JSONField(default=list, blank=True, help_text="One entry per failed attempt.")
     result = models.JSONField(null=True, blank=True)
 
+    # Set by job_cancel on a claimed or running job: its worker ends it `cancelled`.
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # What happened besides failed attempts (snoozes), oldest first; NULL: nothing yet.
+    history = models.JSONField(null=True, blank=True)
+
     class Meta:
         indexes = [
             # Serves the dispatcher's poll exactly: due work ordered by run time.

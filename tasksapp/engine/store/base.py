@@ -57,8 +57,18 @@ class JobStore(Protocol):
         """running → the attempt's state, if the job still holds its token."""
         ...
 
-    def renew(self, *, leases: Sequence[tuple[int, int]], ttl: float) -> int:
-        """Extend the leases of running jobs still held by (id, token)."""
+    def renew(self, *, leases: Sequence[tuple[int, int]], ttl: float) -> rows.Renewed:
+        """Extend the leases of running jobs still held by (id, token); which of them an
+        operator asked to cancel."""
+        ...
+
+    def cancel_running(self, *, job_id: int, token: int, began_ms: float | None) -> bool:
+        """running → cancelled, if the job still holds its token."""
+        ...
+
+    def snooze(self, *, job_id: int, token: int, delay: float) -> bool:
+        """running → scheduled, due in `delay` s, the attempt given back, the snooze in
+        its history; if the job still holds its token."""
         ...
 
     def release(self, *, leases: Sequence[tuple[int, int]]) -> int:

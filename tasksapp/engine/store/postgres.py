@@ -29,6 +29,7 @@ from .rows import (
     PlannedSlice,
     PollWindow,
     Reaped,
+    Renewed,
     StartedJob,
 )
 
@@ -165,13 +166,25 @@ class PostgresJobStore(InsertsBySource):
             cursor.execute(sql.FAIL_RUNNING, params)
             return cursor.fetchone() is not None
 
-    def renew(self, *, leases: Sequence[tuple[int, int]], ttl: float) -> int:
+    def renew(self, *, leases: Sequence[tuple[int, int]], ttl: float) -> Renewed:
         ids, tokens = zip(*leases, strict=True)
         with _cursor() as cursor:
             cursor.execute(
                 sql.RENEW_RUNNING, {"ids": list(ids), "tokens": list(tokens), "ttl": ttl}
             )
-            return cursor.rowcount
+            rows = cursor.fetchall()
+        return Renewed(len(rows), frozenset(job_id for job_id, cancel in rows if cancel))
+
+    def cancel_running(self, *, job_id: int, token: int, began_ms: float | None) -> bool:
+        params = {"id": job_id, "token": token, "began_ms": began_ms}
+        with _cursor() as cursor:
+            cursor.execute(sql.CANCEL_RUNNING, params)
+            return cursor.fetchone() is not None
+
+    def snooze(self, *, job_id: int, token: int, delay: float) -> bool:
+        with _cursor() as cursor:
+            cursor.execute(sql.SNOOZE_RUNNING, {"id": job_id, "token": token, "delay": delay})
+            return cursor.fetchone() is not None
 
     def release(self, *, leases: Sequence[tuple[int, int]]) -> int:
         ids, tokens = zip(*leases, strict=True)

@@ -21,7 +21,7 @@ def _literal(value: str) -> str:
 
 
 # State and delivery names as SQL literals, from the model's constants.
-SCHEDULED, CLAIMED, RUNNING, SUCCEEDED, FAILED, DEAD, LOST = (
+SCHEDULED, CLAIMED, RUNNING, SUCCEEDED, FAILED, DEAD, LOST, CANCELLED = (
     _literal(state)
     for state in (
         JobState.SCHEDULED,
@@ -31,6 +31,7 @@ SCHEDULED, CLAIMED, RUNNING, SUCCEEDED, FAILED, DEAD, LOST = (
         JobState.FAILED,
         JobState.DEAD,
         JobState.LOST,
+        JobState.CANCELLED,
     )
 )
 DUE = ", ".join(map(_literal, DUE_STATES))  # the predicate of job_due_idx
@@ -90,6 +91,7 @@ STARTED_COLUMNS = {
     "idempotency_key": "j.idempotency_key",
     "run_at": "j.run_at",
     "time_limit": "j.time_limit",
+    "cancel_requested": "j.cancel_requested_at IS NOT NULL",
     "read_ms": CLOCK_MS,
 }
 STARTED_OUTPUT = ",\n          ".join(
@@ -152,15 +154,43 @@ FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
 WHERE j.id = t.id AND j.lease_token = t.token AND j.state = {RUNNING}
 """
 
+# The renewal also tells the worker which of its jobs an operator cancelled meanwhile.
 RENEW_RUNNING = f"""
 UPDATE {JOB_TABLE} j
 SET lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
 WHERE j.id = t.id AND j.lease_token = t.token AND j.state = {RUNNING}
+RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested
+"""
+
+# A running job whose handler stopped at an operator's cancel request (or never began
+# because of one) ends cancelled; a transactional handler's effects rolled back first.
+CANCEL_RUNNING = f"""
+UPDATE {JOB_TABLE} j
+SET state = {CANCELLED}, finished_at = clock_timestamp(), claimed_by = '',
+    started_at = coalesce(to_timestamp(%(began_ms)s::float8 / 1000), started_at),
+    lease_expires_at = NULL
+WHERE id = %(id)s AND lease_token = %(token)s AND state = {RUNNING}
+RETURNING id
+"""
+
+# A handler asked to run again later: due again in `delay` s, the attempt given back,
+# one entry more in its history.
+SNOOZE_RUNNING = f"""
+UPDATE {JOB_TABLE} j
+SET state = {SCHEDULED}, run_at = clock_timestamp() + make_interval(secs => %(delay)s),
+    attempts = greatest(j.attempts - 1, 0), claimed_by = '', started_at = NULL,
+    lease_expires_at = NULL,
+    history = coalesce(j.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+        'event', 'snoozed', 'at', clock_timestamp(), 'attempt', j.attempts,
+        'seconds', %(delay)s::float8))
+WHERE id = %(id)s AND lease_token = %(token)s AND state = {RUNNING}
+RETURNING id
 """
 
 # Expired leases in the owned partitions: claimed jobs go back to `scheduled` (their
-# message was lost); running jobs are handled per delivery mode. Returns how many were
+# message was lost); running jobs are handled per delivery mode; a job an operator asked
+# to cancel ends cancelled. Returns how many were
 # reaped and when the next lease in these partitions expires.
 REAP_EXPIRED = f"""
 WITH expired AS (
@@ -172,16 +202,17 @@ WITH expired AS (
     FOR UPDATE SKIP LOCKED
 ), reaped AS (
     UPDATE {JOB_TABLE} j
-    SET state = CASE WHEN j.state = {CLAIMED} THEN {SCHEDULED}
+    SET state = CASE WHEN j.cancel_requested_at IS NOT NULL THEN {CANCELLED}
+                     WHEN j.state = {CLAIMED} THEN {SCHEDULED}
                      WHEN j.delivery = {AT_MOST_ONCE} THEN {LOST}
                      WHEN j.attempts >= j.max_attempts THEN {DEAD}
                      ELSE {FAILED} END,
         run_at = CASE WHEN j.state = {RUNNING} AND j.delivery <> {AT_MOST_ONCE}
-                           AND j.attempts < j.max_attempts
+                           AND j.attempts < j.max_attempts AND j.cancel_requested_at IS NULL
                       THEN clock_timestamp()  -- a retry, due now
                       ELSE j.run_at END,  -- claimed again, lost or dead: as it was
-        finished_at = CASE WHEN j.state = {RUNNING} THEN clock_timestamp()
-                           ELSE j.finished_at END,
+        finished_at = CASE WHEN j.state = {RUNNING} OR j.cancel_requested_at IS NOT NULL
+                           THEN clock_timestamp() ELSE j.finished_at END,
         last_error = CASE WHEN j.state = {RUNNING} THEN %(error)s ELSE j.last_error END,
         errors = CASE WHEN j.state = {RUNNING} THEN j.errors || {ERROR_ENTRY}
                       ELSE j.errors END,

@@ -98,6 +98,7 @@ class StartedJob:
     run_at: dt.datetime
     time_limit: float | None
     clock: DatabaseTime
+    cancel_requested: bool = False  # an operator cancelled it before it started
 
     @property
     def begins_at(self) -> float:
@@ -117,6 +118,12 @@ class FailedAttempt:
     kind: str
     retry_in: float | None
     began_ms: float | None  # when the handler began (database time), if it did
+
+
+@dataclass(frozen=True)
+class Renewed:
+    count: int
+    cancel_requested: frozenset[int]  # of the renewed jobs, those an operator cancelled
 
 
 @dataclass(frozen=True)

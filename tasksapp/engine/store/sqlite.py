@@ -30,6 +30,7 @@ from .rows import (
     PlannedSlice,
     PollWindow,
     Reaped,
+    Renewed,
     StartedJob,
     from_ms,
     ms_exact,
@@ -77,6 +78,7 @@ def _started(job: Job, clock: DatabaseTime) -> StartedJob:
         run_at=job.run_at,
         time_limit=job.time_limit,
         clock=clock,
+        cancel_requested=job.cancel_requested_at is not None,
     )
 
 
@@ -125,7 +127,11 @@ class SqliteJobStore(InsertsBySource):
         with transaction.atomic():
             now = timezone.now()
             expired = scope.filter(lease_expires_at__lt=now)
-            count = expired.filter(state=JobState.CLAIMED).update(
+            asked = expired.filter(state=JobState.CLAIMED, cancel_requested_at__isnull=False)
+            count = asked.update(
+                state=JobState.CANCELLED, finished_at=now, claimed_by="", lease_expires_at=None
+            )
+            count += expired.filter(state=JobState.CLAIMED).update(
                 state=JobState.SCHEDULED, claimed_by="", lease_expires_at=None
             )
             for job in expired.filter(state=JobState.RUNNING):
@@ -141,7 +147,7 @@ class SqliteJobStore(InsertsBySource):
     def _lose_running(self, job: Job, now: dt.datetime, error: str) -> int:
         entry = _error_entry(job.attempts, now, error, LEASE_EXPIRED_KIND)
         held = Job.objects.filter(id=job.id, state=JobState.RUNNING, lease_token=job.lease_token)
-        state = _lost_state(job)
+        state = JobState.CANCELLED if job.cancel_requested_at else _lost_state(job)
         return held.update(
             state=state,
             # A retry is due now; a lost or dead job keeps the run time it had.
@@ -221,14 +227,53 @@ class SqliteJobStore(InsertsBySource):
                 )
             )
 
-    def renew(self, *, leases: Sequence[tuple[int, int]], ttl: float) -> int:
+    def renew(self, *, leases: Sequence[tuple[int, int]], ttl: float) -> Renewed:
         with transaction.atomic():
             until = timezone.now() + _secs(ttl)
-            return sum(
-                Job.objects.filter(id=i, lease_token=t, state=JobState.RUNNING).update(
-                    lease_expires_at=until
+            held = Q()
+            for i, t in leases:
+                held |= Q(id=i, lease_token=t)
+            running = Job.objects.filter(held, state=JobState.RUNNING)
+            rows = list(running.values_list("id", "cancel_requested_at"))
+            running.update(lease_expires_at=until)
+        return Renewed(len(rows), frozenset(i for i, asked in rows if asked is not None))
+
+    def cancel_running(self, *, job_id: int, token: int, began_ms: float | None) -> bool:
+        began = {} if began_ms is None else {"started_at": from_ms(began_ms)}
+        running = Job.objects.filter(id=job_id, lease_token=token, state=JobState.RUNNING)
+        return bool(
+            running.update(
+                state=JobState.CANCELLED,
+                finished_at=timezone.now(),
+                claimed_by="",
+                lease_expires_at=None,
+                **began,
+            )
+        )
+
+    def snooze(self, *, job_id: int, token: int, delay: float) -> bool:
+        running = Job.objects.filter(id=job_id, lease_token=token, state=JobState.RUNNING)
+        with transaction.atomic():
+            job = running.first()
+            if job is None:
+                return False
+            now = timezone.now()
+            entry = {
+                "event": "snoozed",
+                "at": now.isoformat(),
+                "attempt": job.attempts,
+                "seconds": delay,
+            }
+            return bool(
+                running.update(
+                    state=JobState.SCHEDULED,
+                    run_at=now + _secs(delay),
+                    attempts=max(job.attempts - 1, 0),
+                    claimed_by="",
+                    started_at=None,
+                    lease_expires_at=None,
+                    history=[*(job.history or []), entry],
                 )
-                for i, t in leases
             )
 
     def release(self, *, leases: Sequence[tuple[int, int]]) -> int:

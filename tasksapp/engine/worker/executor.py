@@ -35,7 +35,13 @@ from django.db.models import F
 from django.utils import timezone
 
 from tasksapp.engine import retry
-from tasksapp.engine.handlers import HandlerError, JobContext, resolve_handler
+from tasksapp.engine.handlers import (
+    HandlerError,
+    JobCancelled,
+    JobContext,
+    Snooze,
+    resolve_handler,
+)
 from tasksapp.engine.jsonvalues import JsonValueError, checked_json, safe_text
 from tasksapp.engine.models import Delivery, WorkerProcess
 from tasksapp.engine.sessions import flush_commits
@@ -43,9 +49,11 @@ from tasksapp.engine.settings import tempo_settings
 from tasksapp.engine.transitions import (
     StartedJob,
     database_time,
+    job_cancel_running,
     job_fail,
     job_release,
     job_renew,
+    job_snooze,
     job_start,
     job_succeed,
 )
@@ -76,6 +84,7 @@ class RunOutcome(Enum):
     RECORDED_SUCCESS = auto()  # transactional: the success committed with its effects
     SUCCESS_TO_RECORD = auto()  # recorded with the batch's other successes, in one statement
     FAILED = auto()  # its failure is recorded, or its lease was lost and the outcome dropped
+    STOPPED = auto()  # cancelled or snoozed, as the handler (or an operator) asked
 
 
 def worker_name() -> str:
@@ -94,6 +103,7 @@ class _Held:
     began_ms: float | None = None
     overdue: bool = False  # past its limit: no longer renewed
     outcome: tuple | None = None  # a success still to be recorded with the batch
+    cancel: threading.Event = dataclasses.field(default_factory=threading.Event)
 
 
 def time_limit_of(job: StartedJob) -> float:
@@ -152,8 +162,16 @@ class LeaseKeeper:
 
     def hold(self, job: StartedJob) -> None:
         held = _Held(job, time_limit_of(job))
+        if job.cancel_requested:
+            held.cancel.set()
         with self._lock:
             self._held[job.id] = held
+
+    def cancel_event(self, job_id: int) -> threading.Event:
+        """Set once an operator asks to cancel the job (the handler's ctx reads it)."""
+        with self._lock:
+            held = self._held.get(job_id)
+        return held.cancel if held is not None else threading.Event()
 
     def began(self, job_id: int, began_ms: float | None) -> None:
         """The handler begins now: its time limit runs from here."""
@@ -208,7 +226,8 @@ class LeaseKeeper:
             ]
             running, counts = len(self._held), dict(self._counts)
             self._counts = {"succeeded": 0, "failed": 0}
-        job_renew(leases=leases, ttl=self.ttl)
+        renewed = job_renew(leases=leases, ttl=self.ttl)
+        self._signal_cancels(renewed.cancel_requested)
         updated = WorkerProcess.objects.filter(name=self.name).update(
             heartbeat_at=timezone.now(),
             running=running,
@@ -224,6 +243,15 @@ class LeaseKeeper:
                 succeeded=counts["succeeded"],
                 failed=counts["failed"],
             )
+
+    def _signal_cancels(self, job_ids: frozenset[int]) -> None:
+        """Tell the handlers of jobs an operator cancelled (ctx.cancel_requested)."""
+        with self._lock:
+            for job_id in job_ids:
+                held = self._held.get(job_id)
+                if held is not None and not held.cancel.is_set():
+                    log.info("job %s: cancel requested", job_id)
+                    held.cancel.set()
 
     def _watch(self) -> None:
         """Wake at the earliest time limit of a running handler, and act on it."""
@@ -498,7 +526,7 @@ def _begin(job: StartedJob) -> float:
     return job.clock.at_least_ms()
 
 
-def _context(job: StartedJob) -> JobContext:
+def _context(job: StartedJob, cancel: threading.Event) -> JobContext:
     return JobContext(
         job_id=job.id,
         payload=job.payload,
@@ -507,6 +535,7 @@ def _context(job: StartedJob) -> JobContext:
         run_at=job.run_at,
         delivery=job.delivery,
         max_attempts=job.max_attempts,
+        cancel_event=cancel,
     )
 
 
@@ -515,6 +544,8 @@ def _run_one(job: StartedJob, keeper: LeaseKeeper) -> tuple[RunOutcome, Any]:
     for a success still to be recorded with the batch."""
     began_ms = None
     try:
+        if job.cancel_requested:  # cancelled between its claim and its start
+            raise JobCancelled(f"job {job.id} was cancelled before it began")
         handler = resolve_handler(job.handler)
         began_ms = _begin(job)
         if job.delivery == Delivery.TRANSACTIONAL:
@@ -525,6 +556,12 @@ def _run_one(job: StartedJob, keeper: LeaseKeeper) -> tuple[RunOutcome, Any]:
         return RunOutcome.SUCCESS_TO_RECORD, outcome
     except LeaseLost:
         log.warning("job %s: lease lost while running; its outcome is discarded", job.id)
+    except JobCancelled:
+        _record_stop(job_cancel_running, job_id=job.id, token=job.token, began_ms=began_ms)
+        return RunOutcome.STOPPED, None
+    except Snooze as snooze:
+        _record_stop(job_snooze, job_id=job.id, token=job.token, delay=snooze.seconds)
+        return RunOutcome.STOPPED, None
     except TimeLimitExceeded as exc:
         _record_failure(job, str(exc), kind="time_limit", began_ms=began_ms)
     except HandlerError as exc:
@@ -550,7 +587,7 @@ def _call(job: StartedJob, handler, began_ms: float, keeper: LeaseKeeper) -> Any
     keeper.began(job.id, began_ms)
     began = time.monotonic()
     try:
-        result = handler(_context(job))
+        result = handler(_context(job, keeper.cancel_event(job.id)))
     finally:
         keeper.returned(job.id)
     elapsed = time.monotonic() - began
@@ -574,6 +611,18 @@ def _run_transactional(job: StartedJob, handler, began_ms: float, keeper: LeaseK
         result = _call(job, handler, began_ms, keeper)
         if not job_succeed(outcomes=[(job.id, job.token, result, began_ms)]):
             raise LeaseLost(job.id)
+
+
+def _record_stop(transition, **fenced: Any) -> None:
+    """Record a cancel or a snooze (token-fenced); a lost lease leaves it to the reaper."""
+    try:
+        recorded = transition(**fenced)
+    except (DataError, IntegrityError):
+        name = transition.__name__
+        log.exception("job %s: %s not recorded; its lease will expire", fenced["job_id"], name)
+        return
+    if not recorded:
+        log.warning("job %s: %s not recorded, lease lost", fenced["job_id"], transition.__name__)
 
 
 def _record_failure(

@@ -11,6 +11,7 @@ them. A child job's idempotency key (graph, task, generation, attempt) is a seco
 of defence.
 """
 
+from .cancel import graph_cancel
 from .common import GraphInputError
 from .execution import graph_start, task_run_execute
 from .failures import graph_rollback
@@ -18,6 +19,7 @@ from .schedule import graph_job_schedule, graph_job_schedule_or_get
 
 __all__ = [
     "GraphInputError",
+    "graph_cancel",
     "graph_job_schedule",
     "graph_job_schedule_or_get",
     "graph_rollback",

@@ -14,12 +14,13 @@ from django.utils import timezone
 
 from tasksapp.engine.models import Delivery
 from tasksapp.engine.retry import validate_policy
-from tasksapp.engine.services import JobInputError
+from tasksapp.engine.services import JobInputError, job_schedule
 from tasksapp.engine.store import job_store
 from tasksapp.engine.store.rows import NewJob
 from tasksapp.graphs import sql
 from tasksapp.graphs.models import GraphRun, TaskRun, TaskState
 from tasksapp.graphs.planner import Plan
+from tasksapp.graphs.registry import GraphTaskError, default_registry
 
 START_HANDLER = "tasksapp.graphs.runner.start_graph"
 TASK_HANDLER = "tasksapp.graphs.runner.run_task"
@@ -32,11 +33,16 @@ TASK_JOB_ATTEMPTS = 5
 TASK_JOB_POLICY = validate_policy({"delays": [0.5, 1.0, 2.0, 5.0]})
 ROLLBACK_JOB_ATTEMPTS = 3
 ROLLBACK_JOB_POLICY = {"delays": [1.0, 5.0]}
+# The on_complete job: a job of its own (transactional), scheduled in the transaction that
+# ends the graph, so it exists exactly when the graph has ended.
+COMPLETION_JOB_ATTEMPTS = 5
+COMPLETION_JOB_POLICY = {"delays": [1.0, 5.0, 30.0, 60.0]}
 
 ERR_TASK_FAILED = "task {task!r} failed: {error}"
 ERR_RERUNS_EXHAUSTED = "task {task!r} failed {attempts} times: {error}"
 ERR_RESTARTS_EXHAUSTED = "task {task!r} failed after {restarts} restarts of the graph: {error}"
 ERR_WORKER_LOST = "its child job was attempted {lost} times without an outcome (last: {last})"
+ERR_TASK_TIME_LIMIT = "its run passed the task's time limit: {error}"
 ERR_OUTPUT_JSON = "graph task {task!r} returned values that are not JSON-serialisable: {reason}"
 ERR_ROLLBACK_FAILED = "rollback of task {task!r} failed: {error}"
 ERR_RELEASED_TWICE = "graph {graph}: a task to release is not waiting; nothing is released"
@@ -137,6 +143,15 @@ def task_jobs_create(graph, runs: Sequence, *, run_at: dt.datetime) -> list[int]
     return [ids[job.idempotency_key] for job in jobs]
 
 
+def _time_limit(task: str) -> float | None:
+    """The task's own time limit, if it declares one."""
+    try:
+        options = default_registry.get(task).options
+    except GraphTaskError:  # no longer registered: its run records that
+        return None
+    return None if options is None else options.time_limit
+
+
 def _task_job(graph, run, run_at: dt.datetime) -> NewJob:
     return NewJob(
         handler=TASK_HANDLER,
@@ -145,7 +160,7 @@ def _task_job(graph, run, run_at: dt.datetime) -> NewJob:
         max_attempts=TASK_JOB_ATTEMPTS,
         retry_policy=TASK_JOB_POLICY,
         delivery=Delivery.TRANSACTIONAL,
-        time_limit=None,
+        time_limit=_time_limit(run.task),
         idempotency_key=task_job_key(graph, run),
     )
 
@@ -189,3 +204,35 @@ def record_outcome(
         entry = error_entry(graph, run.attempts + 1, outcome.error)
         fields.update(state=TaskState.FAILED, error=outcome.error, errors=[*run.errors, entry])
     return bool(TaskRun.objects.filter(id=run.id, state=TaskState.READY).update(**fields))
+
+
+def completion_key(graph_run_id: int) -> str:
+    return f"graph:{graph_run_id}:complete"
+
+
+def graph_ended(graph) -> None:
+    """The graph has just reached a final state (its row locked, in the transaction that
+    ends it): schedule its ``on_complete`` job, with the goal results or the failure.
+    A result too large for a payload is left out (``result_omitted``): the handler reads
+    it from the graph (``graph_run_get``)."""
+    if not graph.on_complete:
+        return
+    payload = {
+        "graph_run_id": graph.id,
+        "graph_job_id": graph.job_id,
+        "state": graph.state,
+        "result": graph.result,
+        "error": graph.error,
+    }
+    options = {
+        "handler": graph.on_complete,
+        "run_at": timezone.now(),
+        "idempotency_key": completion_key(graph.id),
+        "max_attempts": COMPLETION_JOB_ATTEMPTS,
+        "retry_policy": COMPLETION_JOB_POLICY,
+        "delivery": Delivery.TRANSACTIONAL,
+    }
+    try:
+        job_schedule(payload=payload, **options)
+    except JobInputError:  # validated before anything is stored: the payload was too large
+        job_schedule(payload={**payload, "result": None, "result_omitted": True}, **options)

@@ -28,10 +28,12 @@ from . import failures
 from .common import (
     ERR_OUTPUT_JSON,
     ERR_REPLAN,
+    ERR_TASK_TIME_LIMIT,
     ERR_WORKER_LOST,
     Outcome,
     TaskRow,
     describe,
+    graph_ended,
     locked,
     plan_of,
     record_outcome,
@@ -135,16 +137,29 @@ def _inputs(read: RunRead, spec: TaskSpec, plan: Plan) -> dict[str, Any]:
     return inputs
 
 
-def _rescued(read: RunRead, spec: TaskSpec | None, outcome: Outcome, exc) -> None:
-    """Rerun strategy: when the task will be retried, when, and what its rescue hook
-    replaces in the inputs (called here, before the graph is locked: it may be slow)."""
+def _retry_in(read: RunRead, spec: TaskSpec | None) -> float | None:
+    """When a failed run is tried again: first by the task's own options (max_attempts,
+    retry_policy), then, with the rerun strategy, by the graph's; None: the strategy
+    decides."""
+    attempt = read.attempts + 1
+    own = spec.options if spec is not None else None
+    if own is not None:
+        decision = retry.decide(own.retry_policy, attempt=attempt, max_attempts=own.max_attempts)
+        if decision.retry:
+            return decision.delay
     if read.strategy != Strategy.RERUN:
-        return
+        return None
     policy = read.task_retry_policy or retry.DEFAULT_POLICY
-    decision = retry.decide(policy, attempt=read.attempts + 1, max_attempts=read.max_task_attempts)
-    if not decision.retry:
+    decision = retry.decide(policy, attempt=attempt, max_attempts=read.max_task_attempts)
+    return decision.delay if decision.retry else None
+
+
+def _rescued(read: RunRead, spec: TaskSpec | None, outcome: Outcome, exc) -> None:
+    """Whether and when the task will be retried, and what its rescue hook replaces in
+    the inputs (called here, before the graph is locked: it may be slow)."""
+    outcome.retry_in = _retry_in(read, spec)
+    if outcome.retry_in is None:
         return
-    outcome.retry_in = decision.delay
     if spec is not None and spec.rescue is not None and outcome.inputs is not None:
         try:
             outcome.rescued = dict(spec.rescue(dict(outcome.inputs), exc) or {})
@@ -176,10 +191,16 @@ def _run(read: RunRead, *, lost: str | None) -> Outcome:
 
 
 def _lost_worker(job_id: int, attempt: int, max_attempts: int) -> str | None:
-    """On the child job's last attempt after lost ones, the task is not called again."""
-    if attempt < max_attempts or attempt == 1:
+    """The failure to record instead of calling the task: the previous attempt of the
+    child job passed the task's time limit (the run failed: its retries and the strategy
+    decide what follows), or this is the last attempt after lost ones."""
+    if attempt == 1:
         return None
-    last = Job.objects.filter(id=job_id).values_list("last_error", flat=True).first()
+    last, errors = Job.objects.filter(id=job_id).values_list("last_error", "errors").first()
+    if errors and isinstance(errors[-1], dict) and errors[-1].get("kind") == "time_limit":
+        return ERR_TASK_TIME_LIMIT.format(error=last)
+    if attempt < max_attempts:
+        return None
     return ERR_WORKER_LOST.format(lost=attempt - 1, last=last or "unknown")
 
 
@@ -302,3 +323,4 @@ def _finish(graph: GraphRun, plan: Plan) -> None:
     }
     graph.state, graph.finished_at = GraphState.SUCCEEDED, timezone.now()
     graph.save(update_fields=["result", "state", "finished_at"])
+    graph_ended(graph)

@@ -26,8 +26,10 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from tasksapp.engine.models import Delivery
-from tasksapp.engine.services import JobInputError, job_cancel, job_schedule
+from tasksapp.engine import Snooze
+from tasksapp.engine.models import Delivery, Job, JobState
+from tasksapp.engine.models.jobs import FINAL_STATES
+from tasksapp.engine.services import job_cancel_waiting, job_schedule
 from tasksapp.graphs.models import GraphRun, GraphState, Strategy, TaskRun, TaskState
 from tasksapp.graphs.registry import default_registry
 
@@ -42,6 +44,7 @@ from .common import (
     Outcome,
     describe,
     error_entry,
+    graph_ended,
     locked,
     plan_of,
     record_outcome,
@@ -52,6 +55,7 @@ from .common import (
 log = logging.getLogger(__name__)
 
 UNFINISHED = (TaskState.WAITING, TaskState.READY)
+ROLLBACK_WAIT_SECONDS = 0.5  # between the rollback job's looks at tasks still running
 
 
 def task_failed(graph: GraphRun, run: TaskRun, outcome: Outcome) -> dict[str, Any]:
@@ -100,17 +104,16 @@ def _retry(graph: GraphRun, run: TaskRun, outcome: Outcome) -> dict[str, Any]:
 
 
 def _cancelled(job_id: int | None) -> bool:
-    """Cancel a child job that has not started; False if it is claimed or running."""
+    """Cancel a child job that has not started; False if it is claimed or running (it
+    is not interrupted: its outcome is recorded when it ends)."""
     if job_id is None:
         return True
-    try:
-        job_cancel(job_id=job_id)
-    except JobInputError:
-        return False
-    return True
+    if job_cancel_waiting(job_id=job_id):
+        return True
+    return Job.objects.filter(id=job_id, state=JobState.CANCELLED).exists()
 
 
-def _stop_others(graph: GraphRun) -> int:
+def stop_others(graph: GraphRun) -> int:
     """Skip every task that has not started (cancelling its child job); return how many
     are still running."""
     running, skipped = 0, []
@@ -126,14 +129,15 @@ def _stop_others(graph: GraphRun) -> int:
 
 def graph_stop(graph: GraphRun, *, state: str, error: str) -> None:
     """The graph ends in ``state`` (aborted, rolled_back or failed) with ``error``."""
-    _stop_others(graph)
+    stop_others(graph)
     log.info("graph %s %s: %s", graph.id, state, error)
     graph.state, graph.error, graph.finished_at = state, error, timezone.now()
     graph.save(update_fields=["state", "error", "finished_at"])
+    graph_ended(graph)
 
 
 def _restart(graph: GraphRun) -> None:
-    _stop_others(graph)
+    stop_others(graph)
     TaskRun.objects.filter(graph_run_id=graph.id).update(
         state=TaskState.WAITING,
         attempts=0,
@@ -159,14 +163,15 @@ def _restart(graph: GraphRun) -> None:
 
 
 def _rollback_begin(graph: GraphRun, error: str) -> None:
-    running = _stop_others(graph)
+    running = stop_others(graph)
     graph.state, graph.error = GraphState.ROLLING_BACK, error
     graph.save(update_fields=["state", "error"])
     if not running:
-        _rollback_schedule(graph)
+        rollback_schedule(graph)
 
 
-def _rollback_schedule(graph: GraphRun) -> None:
+def rollback_schedule(graph: GraphRun) -> None:
+    """The rollback job (once per generation: its key says so)."""
     job_schedule(
         handler=ROLLBACK_HANDLER,
         run_at=timezone.now(),
@@ -184,7 +189,7 @@ def after_settled(graph: GraphRun) -> None:
     if graph.state != GraphState.ROLLING_BACK:
         return
     if not TaskRun.objects.filter(graph_run_id=graph.id, state=TaskState.READY).exists():
-        _rollback_schedule(graph)
+        rollback_schedule(graph)
 
 
 def _rollback_next(graph_run_id: int) -> TaskRun | None:
@@ -197,8 +202,10 @@ def _rollback_next(graph_run_id: int) -> TaskRun | None:
         runs = TaskRun.objects.filter(graph_run_id=graph.id, state=TaskState.SUCCEEDED)
         run = runs.order_by("-done_order").first()
         if run is None:
-            graph.state, graph.finished_at = GraphState.ROLLED_BACK, timezone.now()
+            ended = GraphState.CANCELLED if graph.cancelled_at else GraphState.ROLLED_BACK
+            graph.state, graph.finished_at = ended, timezone.now()
             graph.save(update_fields=["state", "finished_at"])
+            graph_ended(graph)
         return run
 
 
@@ -220,10 +227,25 @@ def _rolled_back(graph_run_id: int, run: TaskRun) -> None:
         )
 
 
+def _tasks_still_running(graph_run_id: int) -> bool:
+    """Whether a task of the graph still runs (a cancelled graph's rollback job waits for
+    it: its success is rolled back too). A task whose child job ended without an outcome
+    (cancelled at its start, or after its worker died) is skipped."""
+    with transaction.atomic():
+        locked(graph_run_id)
+        ready = TaskRun.objects.filter(graph_run_id=graph_run_id, state=TaskState.READY)
+        ended = ready.filter(job__state__in=FINAL_STATES)
+        ended.update(state=TaskState.SKIPPED)
+        return ready.exists()
+
+
 def graph_rollback(*, graph_run_id: int, last_attempt: bool = True) -> dict[str, Any]:
     """The rollback job: undo completed tasks, latest completion first, each committed on
     its own (a retry of this job goes on where it stopped). A hook that fails makes the
-    job fail and retry; on its last attempt the graph ends failed, the rest not undone."""
+    job fail and retry; on its last attempt the graph ends failed, the rest not undone.
+    While a task still runs (a cancelled graph) it snoozes, using no attempt."""
+    if _tasks_still_running(graph_run_id):
+        raise Snooze(ROLLBACK_WAIT_SECONDS)
     undone = []
     while (run := _rollback_next(graph_run_id)) is not None:
         try:

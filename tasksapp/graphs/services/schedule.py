@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from tasksapp.engine.jsonvalues import JsonValueError, checked_json
 from tasksapp.engine.models import Delivery
-from tasksapp.engine.options import JobOptionsError, validated_retry_policy
+from tasksapp.engine.options import JobOptionsError, validated_handler, validated_retry_policy
 from tasksapp.engine.services import (
     ERR_KEY_CONFLICT,
     IdempotencyConflict,
@@ -79,6 +79,16 @@ def _validated_task_retry_policy(policy: Any) -> dict[str, Any]:
         raise GraphInputError(str(exc)) from exc
 
 
+def _validated_on_complete(handler: Any) -> str:
+    """A registered handler's name, or "" for none."""
+    if handler is None or handler == "":
+        return ""
+    try:
+        return validated_handler(handler)
+    except JobOptionsError as exc:
+        raise GraphInputError(f"on_complete: {exc}") from exc
+
+
 def _planned(has: dict[str, Any], wants: list[str]) -> dict[str, Any]:
     try:
         return graph_plan(has=has, wants=wants).as_dict()
@@ -96,6 +106,7 @@ def graph_job_schedule(
     max_restarts: int = 2,
     task_retry_policy: dict | None = None,
     max_task_attempts: int = 3,
+    on_complete: str | None = None,
 ) -> GraphRun:
     """Plan "has → wants" with the registered graph tasks and store a graph job that
     starts at ``run_at`` (default now). The same idempotency key again returns the
@@ -105,6 +116,10 @@ def graph_job_schedule(
     then retry the task after ``task_retry_policy`` delays, at most ``max_task_attempts``
     runs, then abort); ``restart`` (at most ``max_restarts`` times, then abort);
     ``rollback``.
+
+    ``on_complete`` names a registered handler: when the graph ends (whatever its
+    outcome) a job of its own runs it, its payload holding ``graph_run_id``,
+    ``graph_job_id``, ``state``, ``result`` (the wanted values) and ``error``.
     """
     graph, _ = graph_job_schedule_or_get(
         has=has,
@@ -115,6 +130,7 @@ def graph_job_schedule(
         max_restarts=max_restarts,
         task_retry_policy=task_retry_policy,
         max_task_attempts=max_task_attempts,
+        on_complete=on_complete,
     )
     return graph
 
@@ -129,6 +145,7 @@ def graph_job_schedule_or_get(
     max_restarts: int = 2,
     task_retry_policy: dict | None = None,
     max_task_attempts: int = 3,
+    on_complete: str | None = None,
 ) -> tuple[GraphRun, bool]:
     """graph_job_schedule, telling whether this call stored the graph job (True) or
     found it under its key (False); the key with another request raises
@@ -138,6 +155,7 @@ def graph_job_schedule_or_get(
     policy = _validated_task_retry_policy(task_retry_policy)
     max_restarts = _bounded(max_restarts, field="max_restarts", low=0, high=100)
     max_task_attempts = _bounded(max_task_attempts, field="max_task_attempts", low=1, high=100)
+    on_complete = _validated_on_complete(on_complete)
     plan = _planned(has, wants)
     with transaction.atomic():
         try:
@@ -153,7 +171,8 @@ def graph_job_schedule_or_get(
             raise GraphInputError(ERR_KEY_TAKEN.format(key=idempotency_key)) from exc
         existing = GraphRun.objects.filter(job=job).first()
         if existing is not None:
-            return _same_graph(existing, has=has, wants=wants, strategy=strategy), False
+            asked = {"has": has, "wants": wants, "strategy": strategy, "on_complete": on_complete}
+            return _same_graph(existing, asked), False
         graph = GraphRun.objects.create(
             job=job,
             has=has,
@@ -163,13 +182,13 @@ def graph_job_schedule_or_get(
             max_restarts=max_restarts,
             max_task_attempts=max_task_attempts,
             task_retry_policy=policy,
+            on_complete=on_complete,
         )
         return graph, created
 
 
-def _same_graph(graph: GraphRun, *, has: dict, wants: list, strategy: str) -> GraphRun:
+def _same_graph(graph: GraphRun, asked: dict[str, Any]) -> GraphRun:
     """The stored graph job, if it is the one asked for again; else IdempotencyConflict."""
-    asked = {"has": has, "wants": wants, "strategy": strategy}
     differ = [name for name, value in asked.items() if getattr(graph, name) != value]
     if differ:
         message = ERR_KEY_CONFLICT.format(

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from tasksapp.engine.models import Job, JobState
 from tasksapp.engine.models.jobs import DUE_STATES
-from tasksapp.engine.services import JobInputError, job_cancel, job_retry
+from tasksapp.engine.services import job_cancel_waiting, job_retry
 from tasksapp.recurring import phases
 from tasksapp.recurring.models import FreeOrdinal, Member, SlicePlan
 from tasksapp.recurring.selectors.schedules import slice_plans_open, slice_plans_with_pending_jobs
@@ -142,9 +142,6 @@ def _cancel_pending_jobs(member: Member) -> int:
     cancelled = 0
     waiting = Job.objects.filter(idempotency_key__in=keys, state__in=DUE_STATES)
     for job_id in waiting.values_list("id", flat=True):
-        try:
-            job_cancel(job_id=job_id)
-            cancelled += 1
-        except JobInputError:  # claimed in the meantime: that occurrence runs
-            continue
+        # One claimed in the meantime is not interrupted: that occurrence runs.
+        cancelled += job_cancel_waiting(job_id=job_id)
     return cancelled

@@ -30,7 +30,7 @@ ERR_INTERNAL = "internal error: the server could not answer this request (it has
 ERR_NO_ENDPOINT = "no API endpoint at this address: see /api/schema/"
 logger = logging.getLogger(__name__)
 NOT_FOUND_RE = re.compile(r"\bdoes not exist\b")
-FIELD_RE = re.compile(r"^([a-z_]+)[ .]")
+FIELD_RE = re.compile(r"^([a-z_]+)[ .:]")
 # Fields the services' messages start with, and the API field each belongs to.
 FIELDS = {
     name: name
@@ -56,7 +56,8 @@ FIELDS = {
 } | {"period": "period_seconds"}
 # The same for graph_job_schedule's messages; a planner's "no plan" is about `wants`.
 GRAPH_FIELDS = {
-    name: name for name in ("has", "wants", "strategy", "max_restarts", "max_task_attempts")
+    name: name
+    for name in ("has", "wants", "strategy", "max_restarts", "max_task_attempts", "on_complete")
 } | {"idempotency": "idempotency_key", "retry_policy": "task_retry_policy"}
 
 

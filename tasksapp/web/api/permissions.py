@@ -14,6 +14,7 @@ API_WRITES = {
     "job-retry": ("retry", "job", "job_id"),
     "job-run-now": ("run_now", "job", "job_id"),
     "graph-jobs": ("graph_job_create", "job", None),
+    "graph-job-cancel": ("cancel_graph", "job", "job_id"),
     "members": ("member_create", "member", None),
     "member-deactivate": ("deactivate", "member", "member_id"),
     "member-activate": ("activate", "member", "member_id"),

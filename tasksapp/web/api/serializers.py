@@ -39,7 +39,7 @@ MAX_PAGE = 200  # the most rows one list answer holds (?limit=)
 # most this long as JSON text; a larger one is null there and named in `omitted`
 # (the job's own answer, GET /api/jobs/{id}/, has it).
 LIST_JSON_CHARS = 16_384
-LARGE_JSON_FIELDS = ("payload", "result", "errors")
+LARGE_JSON_FIELDS = ("payload", "result", "errors", "history")
 
 
 def _storable(value: Any, field: str) -> Any:
@@ -90,6 +90,9 @@ def _idempotency_key_field(stored: str) -> serializers.CharField:
 
 # The fields every job creator takes: what runs, with which payload, and how. (A comment,
 # not a docstring: the schema would show it as the description of every subclass.)
+MAX_HTTP_WAIT_SECONDS = 60  # a long-poll holds a web server thread: bounded
+
+
 class JobOptionsSerializer(serializers.Serializer):
     handler = serializers.CharField(max_length=200, help_text="Dotted path to a callable.")
     payload = serializers.JSONField(required=False, default=dict)
@@ -137,6 +140,8 @@ class JobSerializer(serializers.ModelSerializer):
             "last_error",
             "errors",
             "result",
+            "cancel_requested_at",
+            "history",
         ]
         read_only_fields = fields
 
@@ -229,6 +234,9 @@ class GraphSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
+    cancelled_at = serializers.DateTimeField(allow_null=True)
+    on_complete = serializers.CharField(allow_blank=True)
+    done = serializers.BooleanField(help_text="The graph has ended (whatever its outcome).")
     counts = serializers.DictField(child=serializers.IntegerField(), help_text="Tasks by state.")
     layers = serializers.ListField(
         child=GraphTaskSerializer(many=True), help_text="Tasks layer by layer, in plan order."
@@ -275,6 +283,13 @@ class GraphJobCreateSerializer(serializers.Serializer):
     task_retry_policy = serializers.JSONField(
         required=False, allow_null=True, default=None, help_text="Delays between reruns."
     )
+    on_complete = serializers.CharField(
+        max_length=200,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A registered handler, run as a job of its own when the graph ends.",
+    )
 
     def validate_has(self, value: Any) -> Any:
         if not isinstance(value, dict):
@@ -283,6 +298,29 @@ class GraphJobCreateSerializer(serializers.Serializer):
 
     def validate_task_retry_policy(self, value: Any) -> Any:
         return _job_option(validated_retry_policy, _storable(value, "task_retry_policy"))
+
+
+class GraphWaitQuerySerializer(serializers.Serializer):
+    timeout = serializers.FloatField(
+        min_value=0,
+        max_value=MAX_HTTP_WAIT_SECONDS,
+        default=30,
+        help_text="Seconds to wait for the graph to end at most.",
+    )
+
+
+class GraphWaitSerializer(JobDetailSerializer):
+    """The graph job when the wait ended: `done` says whether the graph had ended."""
+
+    done = serializers.SerializerMethodField()
+
+    class Meta(JobDetailSerializer.Meta):
+        fields = [*JobDetailSerializer.Meta.fields, "done"]
+        read_only_fields = fields
+
+    def get_done(self, job: Job) -> bool:
+        graph = self.context.get("graph")
+        return bool(graph is not None and graph.done)
 
 
 class JobListQuerySerializer(serializers.Serializer):

@@ -13,6 +13,12 @@ urlpatterns = [
     path("jobs/<int:job_id>/retry/", views.JobRetryView.as_view(), name="job-retry"),
     path("jobs/<int:job_id>/run-now/", views.JobRunNowView.as_view(), name="job-run-now"),
     path("graph-jobs/", views.GraphJobCreateView.as_view(), name="graph-jobs"),
+    path(
+        "graph-jobs/<int:job_id>/cancel/",
+        views.GraphJobCancelView.as_view(),
+        name="graph-job-cancel",
+    ),
+    path("graph-jobs/<int:job_id>/wait/", views.GraphJobWaitView.as_view(), name="graph-job-wait"),
     path("members/", views.MemberListView.as_view(), name="members"),
     path("members/<int:member_id>/", views.MemberDetailView.as_view(), name="member"),
     path(

@@ -6,6 +6,7 @@ members or tasks is ordinary traffic and is not."""
 
 from __future__ import annotations
 
+from django.http import Http404
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
@@ -16,12 +17,14 @@ from rest_framework.views import APIView
 
 from tasksapp.engine.models import Job
 from tasksapp.engine.services import job_schedule_or_get
+from tasksapp.graphs.selectors import GraphWaitTimeout, graph_job_wait, graph_run_id_for_job
 from tasksapp.graphs.services import graph_job_schedule_or_get
 from tasksapp.recurring.models import Member, RecurringTask
 from tasksapp.recurring.selectors.plans import member_runs_for_task
 from tasksapp.recurring.services import member_create, recurring_task_create
 from tasksapp.web.models import OperatorAction
 from tasksapp.web.operators import (
+    graph_cancel_audited,
     job_cancel_audited,
     job_retry_audited,
     job_run_now_audited,
@@ -175,8 +178,50 @@ class GraphJobCreateView(APIView):
         return Response(_job_detail(graph.job), status=code)
 
 
+def _graph_job(job_id: int) -> tuple[Job, int]:
+    """The job and the graph it belongs to; 404 for a job of no graph."""
+    job = get_object_or_404(Job, id=job_id)
+    graph_run_id = graph_run_id_for_job(job_id=job.id)
+    if graph_run_id is None:
+        raise Http404(f"job {job_id} belongs to no graph.")
+    return job, graph_run_id
+
+
+class GraphJobCancelView(APIView):
+    @_operator_action_schema(
+        s.JobDetailSerializer,
+        "Cancel a graph (by its graph job or one of its task jobs): tasks not started are"
+        " cancelled, running ones asked to stop; with rollback, finished tasks are undone",
+    )
+    def post(self, request: Request, job_id: int) -> Response:
+        job, _ = _graph_job(job_id)
+        graph = graph_cancel_audited(user=request.user, job_id=job.id, via=VIA)
+        return Response(_job_detail(graph.job))
+
+
+class GraphJobWaitView(APIView):
+    @extend_schema(
+        parameters=[s.GraphWaitQuerySerializer],
+        responses={200: s.GraphWaitSerializer, 400: BAD_REQUEST, 404: NOT_FOUND},
+        summary="Wait (long-poll) until a graph ends, at most `timeout` s; `done` says if it did",
+    )
+    def get(self, request: Request, job_id: int) -> Response:
+        timeout = _query(s.GraphWaitQuerySerializer, request)["timeout"]
+        _, graph_run_id = _graph_job(job_id)
+        try:
+            graph = graph_job_wait(graph_run_id, timeout)
+        except GraphWaitTimeout as waited:
+            graph = waited.graph
+        parent = Job.objects.get(id=graph.job_id)
+        return Response(s.GraphWaitSerializer(parent, context={"graph": graph}).data)
+
+
 class JobCancelView(APIView):
-    @_operator_action_schema(s.JobSerializer, "Cancel a scheduled or failed job")
+    @_operator_action_schema(
+        s.JobSerializer,
+        "Cancel a job: a scheduled or failed one at once; a claimed or running one is asked"
+        " to stop (cancel_requested_at) and ends cancelled when its handler checks",
+    )
     def post(self, request: Request, job_id: int) -> Response:
         job = job_cancel_audited(user=request.user, job_id=job_id, via=VIA)
         return Response(s.JobSerializer(job).data)

@@ -25,7 +25,7 @@ ACTION_URLS = {
     "token-create": ("token_create", "api_token", None),
     "token-revoke": ("token_revoke", "api_token", "token_id"),
 }
-KNOWN_ACTIONS = {"cancel", "retry", "run-now", "pause", "resume"}
+KNOWN_ACTIONS = {"cancel", "retry", "run-now", "pause", "resume", "cancel-graph"}
 
 
 def role_required(perm: str):

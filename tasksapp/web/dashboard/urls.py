@@ -13,6 +13,7 @@ urlpatterns = [
     path("jobs/", views.job_list, name="job-list"),
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/<str:action>/", views.job_action, name="job-action"),
+    path("graphs/", views.graph_list, name="graph-list"),
     path("audit/", views.audit_list, name="audit"),
     path("tokens/", tokens.token_list, name="tokens"),
     path("tokens/new/", tokens.token_create, name="token-create"),

@@ -12,10 +12,12 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
 
 from tasksapp.engine.models import JobState
+from tasksapp.graphs.models import GraphState
+from tasksapp.graphs.selectors import graph_run_page
 from tasksapp.recurring.models import Member, RecurringTask
 from tasksapp.recurring.selectors.plans import (
     member_runs_for_task,
@@ -24,10 +26,12 @@ from tasksapp.recurring.selectors.plans import (
 )
 from tasksapp.web.dashboard import query as params
 from tasksapp.web.dashboard.access import operator_required, viewer_required
+from tasksapp.web.dashboard.graph_svg import graph_drawing
 from tasksapp.web.models import OperatorAction
 from tasksapp.web.operators import (
     ACTION_REFUSALS,
     PERM_OPERATE,
+    graph_cancel_audited,
     job_cancel_audited,
     job_retry_audited,
     job_run_now_audited,
@@ -50,6 +54,7 @@ JOB_ACTIONS = {
     "cancel": (job_cancel_audited, "Job {changed.id} cancelled."),
     "retry": (job_retry_audited, "Job {changed.id} scheduled again, to run now."),
     "run-now": (job_run_now_audited, "Job {changed.id} will run now."),
+    "cancel-graph": (graph_cancel_audited, "Graph {changed.id} is {changed.state}."),
 }
 TASK_ACTIONS = {
     "pause": (recurring_task_pause_audited, "{changed.name} paused: no new slices are planned."),
@@ -58,6 +63,7 @@ TASK_ACTIONS = {
 AUDIT_PAGE = 100
 ERR_FILTER_TASK = "task: no recurring task with id {value}."
 ERR_FILTER_MEMBER = "member: no member with external id {value!r}."
+ERR_GRAPH_STATE = "state must be one of: {choices}."
 
 
 def _can_operate(request: HttpRequest) -> bool:
@@ -222,20 +228,40 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = job_get(job_id=job_id)
     if job is None:
         raise Http404(f"job {job_id} does not exist.")
+    graph = job_graph(job=job)
+    if graph is not None and request.GET.get("part") == "graph":
+        return render(request, "dashboard/graph_section.html", _graph_context(job, graph, request))
     context = {
         "job": job,
         "timeline": job_timeline(job=job),
-        "graph": job_graph(job=job),
+        "graph": graph,
+        **(_graph_context(job, graph, request) if graph is not None else {}),
         "actions": OperatorAction.objects.filter(target_type="job", target_id=str(job.id)).order_by(
             "-at"
         )[:20],
         "can_operate": _can_operate(request),
-        "can_cancel": job.state in (JobState.SCHEDULED, JobState.FAILED),
+        "can_cancel": job.state in (JobState.SCHEDULED, JobState.FAILED)
+        or (job.state in (JobState.CLAIMED, JobState.RUNNING) and not job.cancel_requested_at),
         "can_run_now": job.state in (JobState.SCHEDULED, JobState.FAILED),
         "can_retry": job.state
         in (JobState.DEAD, JobState.LOST, JobState.CANCELLED, JobState.FAILED),
     }
     return render(request, "dashboard/job_detail.html", context)
+
+
+GRAPH_LEGEND = ("waiting", "ready", "running", "succeeded", "failed", "skipped", "rolled_back")
+
+
+def _graph_context(job, graph, request: HttpRequest) -> dict[str, Any]:
+    """What the graph section of a job page shows (also fetched alone, to refresh it)."""
+    return {
+        "job": job,
+        "graph": graph,
+        "drawing": graph_drawing(graph),
+        "legend": GRAPH_LEGEND,
+        "can_operate": _can_operate(request),
+        "can_cancel_graph": graph.cancelled_at is None and graph.state in ("pending", "running"),
+    }
 
 
 def _back(request: HttpRequest, default: str) -> HttpResponse:
@@ -271,6 +297,36 @@ def job_action(request: HttpRequest, job_id: int, action: str) -> HttpResponse:
 def task_action(request: HttpRequest, task_id: int, action: str) -> HttpResponse:
     _operator_action(request, TASK_ACTIONS, action, task_id=task_id)
     return _back(request, reverse("dashboard:recurring-detail", args=[task_id]))
+
+
+GRAPH_PAGE = 50
+
+
+@login_required
+@viewer_required
+@require_GET
+def graph_list(request: HttpRequest) -> HttpResponse:
+    """Graph runs, newest first, filtered by state and by a wanted goal."""
+    errors: list[str] = []
+    state = _checked(errors, params.text, request.GET, "state") or None
+    if state is not None and state not in GraphState.values:
+        errors.append(ERR_GRAPH_STATE.format(choices=", ".join(GraphState.values)))
+        state = None
+    goal = _checked(errors, params.text, request.GET, "goal") or None
+    before = _checked(errors, params.whole, request.GET, "before")
+    _show(request, errors)
+    rows = graph_run_page(state=state, goal=goal, before_id=before, limit=GRAPH_PAGE + 1)
+    more = len(rows) > GRAPH_PAGE
+    rows = rows[:GRAPH_PAGE]
+    query = {name: value for name, value in (("state", state), ("goal", goal)) if value}
+    context = {
+        "rows": rows,
+        "states": GraphState.values,
+        "query": query,
+        "base_query": urlencode(query),
+        "next_before": rows[-1].id if more and rows else None,
+    }
+    return render(request, "dashboard/graph_list.html", context, status=_status(errors))
 
 
 @login_required

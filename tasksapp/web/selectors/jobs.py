@@ -29,7 +29,7 @@ MAX_PAGE_SIZE = 200
 MAX_CURSOR_CHARS = 200
 MAX_ID = 2**63 - 1
 # JSON columns a list page may leave unloaded when they are large (json_inline_chars).
-LARGE_JSON = ("payload", "result", "errors")
+LARGE_JSON = ("payload", "result", "errors", "history")
 MEMBER_PLANS = 400  # a member filter looks at this many of the latest slice plans
 LIST_FIELDS = (
     "id",
@@ -194,7 +194,7 @@ def job_get(*, job_id: int) -> Job | None:
     holds (a lone surrogate becomes U+FFFD: the page can always be encoded)."""
     job = Job.objects.filter(id=job_id).first()
     if job is not None:
-        for name in ("payload", "result", "errors", "retry_policy"):
+        for name in ("payload", "result", "errors", "retry_policy", "history"):
             setattr(job, name, safe_json(getattr(job, name)))
         job.last_error = safe_json(job.last_error)
     return job
@@ -213,8 +213,13 @@ class TimelineEvent:
 
 def job_timeline(*, job: Job) -> list[TimelineEvent]:
     """What happened to the job, in time order: created, each failed attempt with its
-    error, and the current attempt's run time, claim, start and finish."""
+    error, each snooze, a cancel request, and the current attempt's run time, claim,
+    start and finish."""
     events = [TimelineEvent(job.created_at, "created", f"key {job.idempotency_key}")]
+    events += _history_events(job)
+    if job.cancel_requested_at:
+        detail = "the handler stops where it checks; else at its end or time limit"
+        events.append(TimelineEvent(job.cancel_requested_at, "cancel requested", detail))
     for entry in job.errors or []:
         at = _parse_time(entry.get("at")) if isinstance(entry, dict) else None
         if at is None:
@@ -237,6 +242,19 @@ def job_timeline(*, job: Job) -> list[TimelineEvent]:
     elif job.finished_at and job.state in (JobState.DEAD, JobState.LOST):
         events.append(TimelineEvent(job.finished_at, job.state, job.last_error, "error"))
     return sorted(events, key=lambda e: e.at)
+
+
+def _history_events(job: Job) -> list[TimelineEvent]:
+    """The snoozes of the job's history (its other entries are shown elsewhere)."""
+    events = []
+    for entry in job.history or []:
+        at = _parse_time(entry.get("at")) if isinstance(entry, dict) else None
+        if at is None or entry.get("event") != "snoozed":
+            continue
+        attempt, seconds = entry.get("attempt", "?"), entry.get("seconds")
+        detail = f"attempt {attempt} asked to run again in {seconds} s"
+        events.append(TimelineEvent(at, "snoozed", detail))
+    return events
 
 
 def _parse_time(value: Any) -> dt.datetime | None:

@@ -9,6 +9,7 @@ from tasksapp.engine.models import Job
 from tasksapp.graphs.models import GraphRun, GraphState, TaskRun, TaskState
 from tasksapp.graphs.planner import ERR_CANNOT_PRODUCE, ERR_NO_PROVIDER
 from tasksapp.graphs.services.schedule import ERR_STRATEGY
+from tasksapp.web.models import OperatorAction
 from tests.web.dashboard.fixtures import make_job, run_demo_graph
 
 pytestmark = pytest.mark.django_db
@@ -143,3 +144,63 @@ def test_a_failed_task_shows_its_error(viewer_api):
     assert data["state"] == GraphState.ABORTED and "did not answer" in data["error"]
     first = data["layers"][0][0]
     assert first["state"] == TaskState.FAILED and "did not answer" in first["error"]
+
+
+def test_cancel_a_pending_graph_through_the_api_is_audited(operator_api, viewer_api):
+    job_id = operator_api.post(GRAPH_JOBS, _body(), format="json").data["id"]
+    assert viewer_api.post(f"{GRAPH_JOBS}{job_id}/cancel/").status_code == 403
+    response = operator_api.post(f"{GRAPH_JOBS}{job_id}/cancel/")
+    assert response.status_code == 200, response.data
+    assert response.data["graph"]["state"] == "cancelled"
+    assert response.data["graph"]["done"] is True
+    assert response.data["state"] == "cancelled"  # the graph job never started
+    graph = GraphRun.objects.get()
+    actions = list(
+        OperatorAction.objects.order_by("id").values_list("action", "target_type", "target_id")
+    )
+    assert actions == [
+        ("denied:cancel_graph", "job", str(job_id)),
+        ("cancel_graph", "graph", str(graph.id)),
+    ]
+    again = operator_api.post(f"{GRAPH_JOBS}{job_id}/cancel/")
+    assert again.status_code == 200  # cancelling again changes nothing
+
+
+def test_cancel_refusals_are_400_or_404(operator_api):
+    plain = make_job()
+    assert operator_api.post(f"{GRAPH_JOBS}{plain.id}/cancel/").status_code == 404
+    assert operator_api.post(f"{GRAPH_JOBS}424242/cancel/").status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_finished_graph_cannot_be_cancelled(operator_api):
+    graph = run_demo_graph()
+    response = operator_api.post(f"{GRAPH_JOBS}{graph.job_id}/cancel/")
+    assert response.status_code == 400
+    assert "only pending or running graphs can be cancelled" in str(response.data)
+
+
+def test_schedule_with_an_unknown_on_complete_is_a_field_error(operator_api):
+    response = operator_api.post(GRAPH_JOBS, _body(on_complete="no.such"), format="json")
+    assert response.status_code == 400
+    assert "on_complete" in response.data
+    assert not GraphRun.objects.exists()
+
+
+def test_wait_answers_when_the_timeout_ends_with_done_false(viewer_api, operator_api):
+    job_id = operator_api.post(GRAPH_JOBS, _body(), format="json").data["id"]
+    response = viewer_api.get(f"{GRAPH_JOBS}{job_id}/wait/", {"timeout": 0.2})
+    assert response.status_code == 200
+    assert response.data["done"] is False and response.data["graph"]["state"] == "pending"
+    assert viewer_api.get(f"{GRAPH_JOBS}{job_id}/wait/", {"timeout": 61}).status_code == 400
+    bad = viewer_api.get(f"{GRAPH_JOBS}{job_id}/wait/", {"timeout": "soon"})
+    assert bad.status_code == 400 and "timeout" in bad.data
+
+
+@pytest.mark.django_db(transaction=True)
+def test_wait_returns_the_outcome_of_an_ended_graph(viewer_api):
+    graph = run_demo_graph()
+    response = viewer_api.get(f"{GRAPH_JOBS}{graph.job_id}/wait/", {"timeout": 5})
+    assert response.data["done"] is True
+    assert response.data["graph"]["state"] == "succeeded"
+    assert response.data["graph"]["result"] == graph.result

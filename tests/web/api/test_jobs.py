@@ -151,10 +151,13 @@ def test_cancel_retry_run_now(operator_api, operator):
 
 
 def test_refused_transitions_are_400_and_missing_jobs_404(operator_api):
-    running = make_job(JobState.RUNNING)
-    response = operator_api.post(f"{JOBS}{running.id}/cancel/")
+    done = make_job(JobState.SUCCEEDED)
+    response = operator_api.post(f"{JOBS}{done.id}/cancel/")
     assert response.status_code == 400
-    assert "only scheduled or failed jobs can be cancelled" in str(response.json())
+    assert "only scheduled, failed, claimed or running jobs can be cancelled" in str(
+        response.json()
+    )
+    running = make_job(JobState.RUNNING)
     assert operator_api.post(f"{JOBS}{running.id}/retry/").status_code == 400
     assert operator_api.post(f"{JOBS}{running.id}/run-now/").status_code == 400
     assert operator_api.post(f"{JOBS}424242/cancel/").status_code == 404
@@ -207,3 +210,16 @@ def test_session_auth_needs_csrf(operator):
     response = client.post(JOBS, {"handler": HANDLER, "run_at": _when()}, format="json")
     assert response.status_code == 403
     assert "CSRF" in response.json()["detail"]
+
+
+def test_cancel_of_a_running_job_is_requested_and_audited(operator_api):
+    running = make_job(JobState.RUNNING, lease_token=2)
+    response = operator_api.post(f"{JOBS}{running.id}/cancel/")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["state"] == "running" and body["cancel_requested_at"] is not None
+    running.refresh_from_db()
+    assert running.cancel_requested_at is not None and running.lease_token == 2
+    (action,) = OperatorAction.objects.all()
+    assert action.action == "cancel" and action.details["state_after"] == "running"
+    assert action.details["cancel_requested_at"] == running.cancel_requested_at.isoformat()

@@ -59,11 +59,11 @@ def test_operator_retries_and_runs_now(operator_client):
 
 
 def test_a_refused_transition_is_shown_and_not_recorded(operator_client):
-    running = make_job(JobState.RUNNING)
-    response = operator_client.post(_action(running, "cancel"), follow=True)
-    assert "only scheduled or failed jobs can be cancelled" in response.content.decode()
-    running.refresh_from_db()
-    assert running.state == JobState.RUNNING
+    done = make_job(JobState.SUCCEEDED)
+    response = operator_client.post(_action(done, "cancel"), follow=True)
+    assert "only scheduled, failed, claimed or running jobs" in response.content.decode()
+    done.refresh_from_db()
+    assert done.state == JobState.SUCCEEDED
     assert not OperatorAction.objects.exists()
 
 
@@ -176,3 +176,30 @@ def test_operator_sees_buttons_viewer_sees_them_disabled(viewer_client, operator
     viewer_html = viewer_client.get(url).content.decode()
     assert 'title="Operators only" disabled' in viewer_html
     assert 'id="run-now"' not in viewer_html
+
+
+def test_operator_cancels_a_graph_from_its_job_page(operator_client, operator):
+    from tasksapp.graphs.models import GraphRun
+    from tasksapp.graphs.services import graph_job_schedule
+
+    graph = graph_job_schedule(has={"user_id": 7}, wants=["friends"])
+    page = operator_client.get(reverse("dashboard:job-detail", args=[graph.job_id]))
+    assert 'id="cancel-graph"' in page.content.decode()
+    response = operator_client.post(_action(graph.job, "cancel-graph"), follow=True)
+    assert f"Graph {graph.id} is cancelled." in response.content.decode()
+    assert 'id="cancel-graph"' not in response.content.decode()
+    assert GraphRun.objects.get().state == "cancelled"
+    (action,) = OperatorAction.objects.all()
+    assert (action.action, action.target_type, action.user) == ("cancel_graph", "graph", operator)
+    assert action.details == {
+        "job_id": graph.job_id,
+        "state_before": "pending",
+        "state_after": "cancelled",
+    }
+
+
+def test_cancel_graph_of_a_plain_job_is_refused_and_not_recorded(operator_client):
+    job = make_job()
+    response = operator_client.post(_action(job, "cancel-graph"), follow=True)
+    assert f"job {job.id} belongs to no graph." in response.content.decode()
+    assert not OperatorAction.objects.exists()

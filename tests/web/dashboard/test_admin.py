@@ -124,12 +124,12 @@ def test_job_admin_actions_call_the_services(admin_client):
 
 
 def test_job_admin_action_refused_transition_is_a_warning(admin_client):
-    running = make_job(JobState.RUNNING)
+    done = make_job(JobState.SUCCEEDED)
     url = reverse("admin:tasksapp_job_changelist")
     response = admin_client.post(
-        url, {"action": "cancel_jobs", "_selected_action": [running.id]}, follow=True
+        url, {"action": "cancel_jobs", "_selected_action": [done.id]}, follow=True
     )
-    assert "only scheduled or failed jobs can be cancelled" in response.content.decode()
+    assert "only scheduled, failed, claimed or running jobs" in response.content.decode()
     assert not OperatorAction.objects.exists()
 
 
@@ -277,3 +277,21 @@ def test_a_nul_in_the_query_string_is_a_400_everywhere(admin_client, url):
     assert response.status_code == 400
     body = response.content.decode()
     assert "control characters" in body or "Null characters are not allowed" in body
+
+
+def test_job_admin_cancel_of_a_running_job_requests_it_and_cancels_graphs(admin_client):
+    from tasksapp.graphs.models import GraphRun
+    from tasksapp.graphs.services import graph_job_schedule
+
+    running = make_job(JobState.RUNNING)
+    graph = graph_job_schedule(has={"user_id": 7}, wants=["friends"])
+    url = reverse("admin:tasksapp_job_changelist")
+    admin_client.post(url, {"action": "cancel_jobs", "_selected_action": [running.id]})
+    admin_client.post(url, {"action": "cancel_graphs", "_selected_action": [graph.job_id]})
+    running.refresh_from_db()
+    assert running.state == JobState.RUNNING and running.cancel_requested_at is not None
+    assert GraphRun.objects.get(id=graph.id).state == "cancelled"
+    assert sorted(OperatorAction.objects.values_list("action", "target_type")) == [
+        ("cancel", "job"),
+        ("cancel_graph", "graph"),
+    ]
