@@ -1,0 +1,73 @@
+"""The capacity bench's instruments and model (bench/capacity): the CPU it reads from /proc
+is the CPU the processes burned, and the simulation neither loses nor invents jobs and
+is bounded by the work it is given."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+
+import pytest
+
+from bench.capacity.measure import tree_cpu_seconds
+from bench.capacity.simulate import Costs, Model, Setup, burst_rate, steady_capacity
+
+BURN = "import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end: pass\n"
+
+
+def test_tree_cpu_counts_live_and_reaped_children():
+    """A parent that waited for a child burning 0.4 s, then a live child that burnt 0.4 s."""
+    burn_then_wait = BURN.format(seconds=0.4) + "print('burnt', flush=True)\ntime.sleep(60)\n"
+    script = textwrap.dedent(f"""
+        import subprocess, sys
+        subprocess.run([sys.executable, "-c", {BURN.format(seconds=0.4)!r}])
+        child = subprocess.Popen([sys.executable, "-c", {burn_then_wait!r}],
+                                 stdout=subprocess.PIPE, text=True)
+        print(child.stdout.readline().strip(), flush=True)
+        child.wait()
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "burnt"
+        cpu = tree_cpu_seconds(parent.pid)
+    finally:
+        subprocess.run(["pkill", "-P", str(parent.pid)])  # the sleeping child
+        parent.wait()
+    assert 0.75 <= cpu <= 3.0
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_every_job_of_a_burst_starts_once(transactional):
+    setup = Setup(dispatchers=3, workers=4, slots=2, pg_cores=2, transactional=transactional)
+    model = Model(setup, Costs())
+    model.burst(7_001)
+    assert model.started == 7_001
+    assert not model.queue.items  # nothing left behind in the broker
+
+
+def test_a_burst_takes_at_least_the_database_work_spread_over_its_cores():
+    costs = Costs()
+    jobs = 20_000
+    setup = Setup(dispatchers=8, workers=50, slots=2, pg_cores=2)
+    seconds, _ = burst_rate(setup, costs, jobs)
+    per_row = costs.claim_row + costs.start_row  # every claim and start precedes the last start
+    assert seconds >= jobs * per_row / 2 / 1000
+
+
+def test_more_database_cores_drain_a_database_bound_burst_faster():
+    slow_database = replace(Costs(), start_row=1.0)
+    setup = Setup(dispatchers=8, workers=50, slots=2, pg_cores=2)
+    two, _ = burst_rate(setup, slow_database, 20_000)
+    eight, _ = burst_rate(replace(setup, pg_cores=8), slow_database, 20_000)
+    assert eight < two / 2
+
+
+def test_steady_capacity_scales_with_each_part():
+    setup = Setup(dispatchers=2, workers=10, slots=2, pg_cores=4)
+    base = steady_capacity(setup, Costs())
+    doubled = steady_capacity(replace(setup, pg_cores=8, workers=20), Costs())
+    assert doubled["postgres"] == pytest.approx(2 * base["postgres"])
+    assert doubled["workers"] == pytest.approx(2 * base["workers"])
+    assert doubled["dispatchers"] == pytest.approx(base["dispatchers"])
