@@ -43,8 +43,20 @@ def test_every_job_of_a_burst_starts_once(transactional):
     setup = Setup(dispatchers=3, workers=4, slots=2, pg_cores=2, transactional=transactional)
     model = Model(setup, Costs())
     model.burst(7_001)
-    assert model.started == 7_001
+    assert len(model.lags) == 7_001
+    assert min(model.lags) > 0
     assert not model.queue.items  # nothing left behind in the broker
+    assert not any(model.due)  # nor in a dispatcher
+
+
+def test_a_steady_stream_starts_every_job_after_it_is_due_and_soon():
+    costs = Costs()
+    model = Model(Setup(dispatchers=2, workers=2, slots=4, pg_cores=2), costs)
+    result = model.stream(rate=100, seconds=10)
+    assert len(model.lags) == result["jobs"] == 1_000
+    assert min(model.lags) >= 3 * costs.round_trip  # claim, broker hop, start
+    assert result["p99_ms"] < 40  # within the dispatch lead: started on time
+    assert 0 < result["postgres"] < 0.5
 
 
 def test_a_burst_takes_at_least_the_database_work_spread_over_its_cores():

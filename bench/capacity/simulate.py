@@ -47,45 +47,59 @@ class Costs:
 
 
 def measured_costs(path: Path = RESULTS) -> Costs:
-    """The model's costs from the last bench/capacity run: per-row parts from its bursts
-    (thousands of rows per claim, tens per start), fixed parts from its evenly spread
-    run (one job per statement). pg_stat_statements' execution times are scaled so that
-    they add up to the server's measured CPU per job (parsing, commits, WAL writing)."""
+    """The model's costs from the last bench/capacity run. Each cost is a line through two
+    measured points, the burst (thousands of rows per claim, 250 per message) and the
+    evenly spread run (a few rows per statement, about one job per message): a fixed
+    part per call and a part per row. PostgreSQL's part is its measured CPU, shared among
+    the statements of a phase by their execution times (pg_stat_statements), so waiting
+    for a CPU on a busy machine is not counted as work."""
     data = json.loads(path.read_text())
     burst = next(r for r in data["bursts"] if r["delivery"] == "at_least_once")
     tx = next(r for r in data["bursts"] if r["delivery"] == "transactional")
     steady = next(r for r in data["steady"] if r["delivery"] == "at_least_once")
 
-    def scaled(phase: dict) -> dict[str, tuple[float, float]]:
-        scale = max(1.0, phase["pg_cpu_ms_per_job"] / phase["exec_ms_per_job"])
-        return {
-            top["statement"][:40]: (top["mean_ms"] * scale, top["rows_per_call"])
-            for top in phase["top"]
-        }
+    def cpu_and_rows(phase: dict, prefix: str) -> tuple[float, float]:
+        scale = phase["pg_cpu_ms_per_job"] / phase["exec_ms_per_job"]
+        top = next(t for t in phase["top"] if t["statement"].startswith(prefix))
+        return top["mean_ms"] * scale, max(1.0, top["rows_per_call"])
 
-    def per_row(phase: dict, prefix: str) -> float:
-        mean, rows = next(v for k, v in scaled(phase).items() if k.startswith(prefix))
-        return mean / max(rows, 1.0)
+    def line(big: tuple[float, float], small: tuple[float, float]) -> tuple[float, float]:
+        """(fixed, per row) through (cost, rows) of a big and a small call."""
+        (cost_big, rows_big), (cost_small, rows_small) = big, small
+        per_row = max(0.0, (cost_big - cost_small) / (rows_big - rows_small))
+        return max(0.01, cost_small - rows_small * per_row), per_row
 
-    claim, start, finish = CLAIM_PREFIX, START_PREFIX, FINISH_PREFIX
-    one = scaled(steady["steady"])
+    def statement(phase: str, prefix: str) -> tuple[float, float]:
+        return line(cpu_and_rows(burst[phase], prefix), cpu_and_rows(steady["steady"], prefix))
 
-    def fixed(prefix: str) -> float:
-        return next(mean for k, (mean, _) in one.items() if k.startswith(prefix))
-
+    claim = statement("claim", CLAIM_PREFIX)
+    start = statement("run", START_PREFIX)
+    finish = statement("run", FINISH_PREFIX)
+    claimed = cpu_and_rows(burst["claim"], CLAIM_PREFIX)[1]
+    claimed_steady = cpu_and_rows(steady["steady"], CLAIM_PREFIX)[1]
+    per_message = cpu_and_rows(burst["run"], START_PREFIX)[1]
+    per_message_steady = cpu_and_rows(steady["steady"], START_PREFIX)[1]
+    dispatcher = line(
+        (burst["dispatcher_cpu_ms_per_job"] * claimed, claimed),
+        (steady["dispatcher_cpu_ms_per_job"] * claimed_steady, claimed_steady),
+    )
+    worker = line(
+        (burst["worker_cpu_ms_per_job"] * per_message, per_message),
+        (steady["worker_cpu_ms_per_job"] * per_message_steady, per_message_steady),
+    )
     return Costs(
-        claim_fixed=fixed(claim),
-        claim_row=per_row(burst["claim"], claim),
-        start_fixed=fixed(start),
-        start_row=per_row(burst["run"], start),
-        finish_fixed=fixed(finish),
-        finish_row=per_row(burst["run"], finish),
-        tx_finish=per_row(tx["run"], finish),
-        dispatcher_claim=steady["dispatcher_cpu_ms_per_job"],
-        dispatcher_row=burst["dispatcher_cpu_ms_per_job"],
-        worker_message=steady["worker_cpu_ms_per_job"],
-        worker_row=burst["worker_cpu_ms_per_job"],
-        tx_worker_row=tx["worker_cpu_ms_per_job"],
+        claim_fixed=claim[0],
+        claim_row=claim[1],
+        start_fixed=start[0],
+        start_row=start[1],
+        finish_fixed=finish[0],
+        finish_row=finish[1],
+        tx_finish=max(0.01, tx["run"]["pg_cpu_ms_per_job"] - start[1]),
+        dispatcher_claim=dispatcher[0],
+        dispatcher_row=dispatcher[1],
+        worker_message=worker[0],
+        worker_row=worker[1],
+        tx_worker_row=max(0.01, tx["worker_cpu_ms_per_job"] - worker[1]),
     )
 
 
@@ -119,67 +133,118 @@ class Model:
             self.pg = simpy.Resource(self.env, setup.pg_cores)
             self.dispatcher_cpu = [simpy.Resource(self.env, 1) for _ in range(setup.dispatchers)]
             self.worker_cpu = [simpy.Resource(self.env, 1) for _ in range(setup.workers)]
-        self.queue = simpy.Store(self.env)
-        self.started = 0
+        self.queue = simpy.Store(self.env)  # messages: lists of the jobs' due times
+        self.due: list[list[float]] = [[] for _ in range(setup.dispatchers)]
+        self.wake = [self.env.event() for _ in range(setup.dispatchers)]
+        self.lags: list[float] = []  # started − due, ms, per job
         self.last_start = 0.0
+        self.busy_ms = {"postgres": 0.0, "dispatchers": 0.0, "workers": 0.0}
 
-    def busy(self, resource: simpy.Resource, ms: float):
+    def busy(self, resource: simpy.Resource, ms: float, part: str):
+        self.busy_ms[part] += ms
         with resource.request() as request:
             yield request
             yield self.env.timeout(ms)
 
     def statement(self, fixed: float, row: float, rows: int):
         yield self.env.timeout(self.costs.round_trip)
-        yield from self.busy(self.pg, fixed + row * rows)
+        yield from self.busy(self.pg, fixed + row * rows, "postgres")
 
-    def dispatcher(self, index: int, due: int):
+    def make_due(self, index: int, due_ms: float) -> None:
+        self.due[index].append(due_ms)
+        if not self.wake[index].triggered:
+            self.wake[index].succeed()
+
+    def dispatcher(self, index: int):
         setup, costs = self.setup, self.costs
         cpu = self.dispatcher_cpu[index]
-        while due:
+        while True:
+            if not self.due[index]:
+                self.wake[index] = self.env.event()
+                yield self.wake[index]
             room = (setup.max_queued_messages - len(self.queue.items)) * setup.max_batch
             if room <= 0:
-                yield self.env.timeout(1.0)  # the loop's next look at the backlog
+                yield self.env.timeout(10.0)  # BACKPRESSURE_RETRY_MS: look again
                 continue
-            rows = min(due, room)
-            due -= rows
+            claimed = self.due[index][:room]
+            del self.due[index][:room]
+            rows = len(claimed)
             yield from self.statement(costs.claim_fixed, costs.claim_row, rows)
-            yield from self.busy(cpu, costs.dispatcher_claim + costs.dispatcher_row * rows)
+            yield from self.busy(
+                cpu, costs.dispatcher_claim + costs.dispatcher_row * rows, "dispatchers"
+            )
             size = max(1, min(setup.max_batch, math.ceil(rows / setup.fanout)))
             for first in range(0, rows, size):
-                self.queue.put(min(size, rows - first))
+                self.queue.put(claimed[first : first + size])
             yield self.env.timeout(costs.round_trip)  # the publish
 
     def slot(self, worker: int):
         costs = self.costs
         cpu = self.worker_cpu[worker]
         while True:
-            jobs = yield self.queue.get()
+            message = yield self.queue.get()
+            jobs = len(message)
             yield self.env.timeout(costs.round_trip)  # the broker hop
-            yield from self.busy(cpu, costs.worker_message / 2)
+            yield from self.busy(cpu, costs.worker_message / 2, "workers")
             yield from self.statement(costs.start_fixed, costs.start_row, jobs)
-            self.started += jobs
+            self.lags += [self.env.now - due for due in message]
             self.last_start = self.env.now
             if self.setup.transactional:
                 for _ in range(jobs):
-                    yield from self.busy(cpu, costs.tx_worker_row)
+                    yield from self.busy(cpu, costs.tx_worker_row, "workers")
                     yield from self.statement(costs.tx_finish, 0.0, 1)
                     yield self.env.timeout(2 * costs.round_trip)  # BEGIN, COMMIT
             else:
-                yield from self.busy(cpu, costs.worker_row * jobs)
+                yield from self.busy(cpu, costs.worker_row * jobs, "workers")
                 yield from self.statement(costs.finish_fixed, costs.finish_row, jobs)
-            yield from self.busy(cpu, costs.worker_message / 2)
+            yield from self.busy(cpu, costs.worker_message / 2, "workers")
 
-    def burst(self, jobs: int) -> float:
-        """Seconds from the run time to the last start of `jobs` due at one instant."""
-        share, extra = divmod(jobs, self.setup.dispatchers)
+    def _start_processes(self) -> None:
         for index in range(self.setup.dispatchers):
-            self.env.process(self.dispatcher(index, share + (index < extra)))
+            self.env.process(self.dispatcher(index))
         for worker in range(self.setup.workers):
             for _ in range(self.setup.slots):
                 self.env.process(self.slot(worker))
-        while self.started < jobs:
+
+    def burst(self, jobs: int) -> float:
+        """Seconds from the run time to the last start of `jobs` due at one instant."""
+        for job in range(jobs):
+            self.due[job % self.setup.dispatchers].append(0.0)
+        self._start_processes()
+        while len(self.lags) < jobs:
             self.env.step()
         return self.last_start / 1000
+
+    def stream(self, rate: float, seconds: float) -> dict[str, float]:
+        """Jobs due evenly at `rate` per second for `seconds`: how long from due to
+        started (the dispatch lead hides up to 40 ms of it) and how busy PostgreSQL is."""
+        jobs = int(rate * seconds)
+
+        def feed():
+            for job in range(jobs):
+                due = job * 1000 / rate
+                yield self.env.timeout(max(0.0, due - self.env.now))
+                self.make_due(job % self.setup.dispatchers, due)
+
+        self._start_processes()
+        self.env.process(feed())
+        while len(self.lags) < jobs:
+            self.env.step()
+        lags = sorted(self.lags)
+        return {
+            "jobs": jobs,
+            "p50_ms": lags[len(lags) // 2],
+            "p99_ms": lags[int(len(lags) * 0.99)],
+            "max_ms": lags[-1],
+            **self.busy_shares(),
+        }
+
+    def busy_shares(self) -> dict[str, float]:
+        """How busy each part was on average: 1.0 is every core of it all the time."""
+        setup, elapsed = self.setup, self.env.now
+        cores = {"postgres": setup.pg_cores, "dispatchers": setup.dispatchers}
+        cores["workers"] = setup.workers
+        return {part: ms / elapsed / cores[part] for part, ms in self.busy_ms.items()}
 
 
 def burst_rate(setup: Setup, costs: Costs, jobs: int) -> tuple[float, float]:
@@ -210,8 +275,8 @@ MEASURED = [  # docs/BENCHMARKS.md, bench/burst: 2 dispatchers, 2 prefork worker
     ("at-least-once 10,000 (2026-11-22, quiet)", 10_000, False, 11_911),
     ("at-least-once 100,000 (2026-11-22, quiet)", 100_000, False, 11_215),
     ("at-least-once 10,000 (2026-11-24, busy)", 10_000, False, 9_396),
-    ("at-least-once 10,000 (2026-11-23, busy, median of 4)", 10_000, False, 6_305),
-    ("at-least-once 100,000 (2026-11-23, busy, median of 4)", 100_000, False, 5_298),
+    ("at-least-once 10,000 (2026-11-23, busy, median of 4)", 10_000, False, 5_539),
+    ("at-least-once 100,000 (2026-11-23, busy, median of 4)", 100_000, False, 4_757),
     ("transactional 10,000 (2026-11-22, quiet)", 10_000, True, 2_854),
     ("transactional 10,000 (2026-11-24, busy)", 10_000, True, 2_201),
 ]
@@ -250,56 +315,71 @@ def extrapolate(costs: Costs) -> None:
                     f" | {'transactional' if transactional else 'at-least-once'}"
                     f" | {jobs:,} | {seconds:.1f} | {rate:,.0f} |"
                 )
-    print("\nSpread evenly (one job per claim): jobs/s each part could carry\n")
-    print("| dispatchers | workers | PG cores | delivery | PostgreSQL | dispatchers | workers |")
-    print("|--:|--:|--:|---|--:|--:|--:|")
-    for dispatchers, workers, pg_cores in [
-        (2, 2, 2),
-        (16, 100, 8),
-        (100, 1000, 16),
-        (100, 1000, 64),
-    ]:
+    print("\nSpread evenly: every job alone (a bound), and simulated at a steady rate\n")
+    print(
+        "| dispatchers | workers | PG cores | delivery | bound: PostgreSQL | bound: dispatchers"
+        " | rate simulated | due → started p99 (ms) | PG busy | dispatchers busy |"
+    )
+    print("|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|")
+    for dispatchers, workers, pg_cores, rate in STREAMS:
         for transactional in (False, True):
             setup = Setup(dispatchers, workers, 2, pg_cores, transactional=transactional)
             cap = steady_capacity(setup, costs)
+            result = Model(setup, costs).stream(rate, seconds=max(5.0, 50_000 / rate))
             print(
                 f"| {dispatchers} | {workers} | {pg_cores}"
                 f" | {'transactional' if transactional else 'at-least-once'}"
-                f" | {cap['postgres']:,.0f} | {cap['dispatchers']:,.0f} | {cap['workers']:,.0f} |"
+                f" | {cap['postgres']:,.0f} | {cap['dispatchers']:,.0f} | {rate:,}"
+                f" | {result['p99_ms']:.1f} | {result['postgres']:.0%}"
+                f" | {result['dispatchers']:.0%} |"
             )
 
 
+STREAMS = [(2, 2, 2, 200), (16, 100, 8, 2_000), (100, 1000, 16, 10_000), (100, 1000, 64, 30_000)]
 PEAK_OVER_MEAN = 1.12  # golden phases, busiest second of a daily task (bench/planning)
 HEADROOM = 0.5  # size every part to run at most half busy at the peak
 RETENTION_DAYS = 7  # finished rows kept (pruning them is the operator's job: docs/SCALING.md)
 
 
-def sizing(path: Path = RESULTS) -> None:
-    """The sizing table for a daily task over 1M, 10M and 100M members, from the measured
-    per-job costs of jobs spread evenly (one job per claim) and the planner's insert."""
+def sized(rate: float, costs: Costs, transactional: bool) -> tuple[Setup, dict]:
+    """The smallest set-up (at least two of everything, for failover) that carries `rate`
+    jobs/s spread evenly with every part at most HEADROOM busy, found by simulating."""
+    setup = Setup(dispatchers=2, workers=2, slots=4, pg_cores=2, transactional=transactional)
+    grow = {"postgres": "pg_cores", "dispatchers": "dispatchers", "workers": "workers"}
+    while True:
+        result = Model(setup, costs).stream(rate, seconds=max(5.0, 20_000 / rate))
+        over = {part: result[part] for part in grow if result[part] > HEADROOM}
+        if not over:
+            return setup, result
+        for part, busy in over.items():
+            field = grow[part]
+            now = getattr(setup, field)
+            setup = replace(setup, **{field: max(now + 1, math.ceil(now * busy / HEADROOM))})
+
+
+def sizing(costs: Costs, path: Path = RESULTS) -> None:
+    """A daily task over 1M, 10M and 100M members: the set-up the model needs at the peak
+    second, WAL and table size from the measured per-job figures."""
     data = json.loads(path.read_text())
-    insert = next(r for r in data["bursts"] if r["delivery"] == "at_least_once")["insert"]
-    size = next(r for r in data["bursts"] if r["delivery"] == "at_least_once")
-    row_bytes = sum(size["table_bytes_per_job"].values())
+    burst = next(r for r in data["bursts"] if r["delivery"] == "at_least_once")
+    steady = next(r for r in data["steady"] if r["delivery"] == "at_least_once")
+    wal = burst["insert"]["wal_bytes_per_job"] + steady["steady"]["wal_bytes_per_job"]
+    row_bytes = sum(burst["table_bytes_per_job"].values())
     print(
-        "| members | delivery | jobs/day | peak jobs/s | PG cores | dispatchers"
-        " | worker processes (engine) | WAL/day | jobs table, 7 days kept |"
+        "| members | delivery | peak jobs/s | PG cores | dispatchers | worker processes"
+        " | due → started p99 (ms) | PG busy | WAL/day | jobs table, 7 days kept |"
     )
-    print("|--:|---|--:|--:|--:|--:|--:|--:|--:|")
+    print("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|")
     for members in (1_000_000, 10_000_000, 100_000_000):
-        for steady in data["steady"]:
-            peak = members / 86_400 * PEAK_OVER_MEAN
-            pg_ms = steady["steady"]["pg_cpu_ms_per_job"] + insert["pg_cpu_ms_per_job"]
-            wal = steady["steady"]["wal_bytes_per_job"] + insert["wal_bytes_per_job"]
-            cores = max(2, math.ceil(peak * pg_ms / 1000 / HEADROOM))
-            dispatchers = max(
-                2, math.ceil(peak * steady["dispatcher_cpu_ms_per_job"] / 1000 / HEADROOM)
-            )
-            workers = max(2, math.ceil(peak * steady["worker_cpu_ms_per_job"] / 1000 / HEADROOM))
+        peak = members / 86_400 * PEAK_OVER_MEAN
+        for transactional in (False, True):
+            setup, result = sized(peak, costs, transactional)
             table = members * (RETENTION_DAYS + 1) * row_bytes
             print(
-                f"| {members:,} | {steady['delivery']} | {members:,} | {peak:,.0f} | {cores}"
-                f" | {dispatchers} | {workers} | {members * wal / 2**30:,.1f} GiB"
+                f"| {members:,} | {'transactional' if transactional else 'at-least-once'}"
+                f" | {peak:,.0f} | {setup.pg_cores} | {setup.dispatchers}"
+                f" | {setup.workers} × {setup.slots} | {result['p99_ms']:.1f}"
+                f" | {result['postgres']:.0%} | {members * wal / 2**30:,.0f} GiB"
                 f" | {table / 2**30:,.0f} GiB |"
             )
 
@@ -309,9 +389,12 @@ def main() -> None:
     parser.add_argument("--validate", action="store_true")
     parser.add_argument("--extrapolate", action="store_true")
     parser.add_argument("--sizing", action="store_true")
+    parser.add_argument(
+        "--round-trip-ms", type=float, default=0.5, help="between hosts, for --extrapolate"
+    )
     args = parser.parse_args()
     if args.sizing:
-        sizing()
+        sizing(replace(measured_costs(), round_trip=args.round_trip_ms))
         return
     costs = measured_costs() if RESULTS.exists() else Costs()
     print(f"costs (ms): {costs}\n")
@@ -319,7 +402,7 @@ def main() -> None:
         validate(costs)
         print()
     if args.extrapolate or not args.validate:
-        extrapolate(costs)
+        extrapolate(replace(costs, round_trip=args.round_trip_ms))
 
 
 if __name__ == "__main__":
