@@ -396,12 +396,13 @@ def main() -> None:
     if args.sizing:
         sizing(replace(measured_costs(), round_trip=args.round_trip_ms))
         return
-    costs = measured_costs() if RESULTS.exists() else Costs()
-    print(f"costs (ms): {costs}\n")
+    costs = measured_costs()
+    print(f"costs (ms), loopback: {costs}\n")
     if args.validate or not args.extrapolate:
         validate(costs)
         print()
     if args.extrapolate or not args.validate:
+        print(f"between hosts: {args.round_trip_ms} ms round trips\n")
         extrapolate(replace(costs, round_trip=args.round_trip_ms))
 
 
