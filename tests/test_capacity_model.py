@@ -9,9 +9,11 @@ import sys
 import textwrap
 from dataclasses import replace
 
+import psycopg
 import pytest
 
-from bench.capacity.measure import tree_cpu_seconds
+from bench.capacity import measure
+from bench.capacity.measure import StatementsPostgres, tree_cpu_seconds
 from bench.capacity.simulate import Costs, Model, Setup, burst_rate, steady_capacity
 
 BURN = "import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end: pass\n"
@@ -83,3 +85,32 @@ def test_steady_capacity_scales_with_each_part():
     assert doubled["postgres"] == pytest.approx(2 * base["postgres"])
     assert doubled["workers"] == pytest.approx(2 * base["workers"])
     assert doubled["dispatchers"] == pytest.approx(base["dispatchers"])
+
+
+@pytest.fixture(scope="module")
+def statements_server():
+    server = StatementsPostgres().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_the_bench_server_counts_statements_wal_and_cpu_of_one_insert(statements_server):
+    with psycopg.connect(statements_server.url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        conn.execute("CREATE TABLE tasksapp_job (id bigserial PRIMARY KEY, note text)")
+        postmaster = statements_server.postmaster_pid()
+        measure.reset_statements(conn)
+        before = measure.snapshot(conn, postmaster)
+        conn.execute(
+            "INSERT INTO tasksapp_job (note) SELECT md5(i::text) FROM generate_series(1, 20000) i"
+        )
+        after = measure.snapshot(conn, postmaster)
+        (insert,) = [s for s in measure.statements(conn) if s.query.startswith("INSERT")]
+        assert (insert.calls, insert.rows) == (1, 20_000)
+        assert insert.on_jobs_table
+        assert measure.wal_bytes(conn, before, after) > 20_000 * 40  # a row is more than 40 B
+        assert after.server_cpu_s > before.server_cpu_s
+        tuples = measure.job_table_tuples(conn)
+        assert tuples["inserted"] == 20_000
