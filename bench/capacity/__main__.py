@@ -3,6 +3,7 @@ process go, per delivery mode, in one run.
 
     python -m bench.capacity [--jobs 10000]
         [--runs at_least_once:prefork at_least_once:threads transactional:prefork ...]
+        [--steady at_least_once transactional] [--steady-rate 200] [--steady-seconds 30]
 
 Each run uses a fresh database on a PostgreSQL server of the bench's own (started with
 pg_stat_statements, which the shared server does not load; `fsync=off` as in the process
@@ -21,6 +22,11 @@ For each phase: the CPU time of every PostgreSQL server process (from /proc, the
 postmaster's reaped children included), WAL bytes, and the statements run (from
 pg_stat_statements, the bench's own queries left out). Per run: the jobs table's row
 counters, its size, and the dispatcher's and worker's own CPU.
+
+Then, per `--steady` delivery, jobs due evenly at `--steady-rate` per second (as
+golden-ratio phases spread a daily task) with one dispatcher and two worker processes
+running together: the same figures for jobs that come a few at a time, and their lag.
+bench/capacity/simulate.py reads the results file to fit its costs (docs/SCALING.md).
 """
 
 from __future__ import annotations
