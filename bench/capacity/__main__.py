@@ -156,11 +156,6 @@ def engine_cluster(url: str, **settings: str) -> Cluster:
     )
 
 
-def one_run(server: measure.StatementsPostgres, n: int, delivery: str, pool: str) -> dict:
-    with fresh_database(server) as url:
-        return burst_run(url, server.postmaster_pid(), n, delivery, pool)
-
-
 def burst_run(url: str, postmaster: int, n: int, delivery: str, pool: str) -> dict:
     # Backpressure off and long claim leases: the dispatcher claims all while no worker runs.
     cluster = engine_cluster(
