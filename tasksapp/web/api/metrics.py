@@ -22,6 +22,7 @@ from tasksapp.web.selectors.dashboard import (
     job_lag_stats,
     job_state_counts,
     job_throughput,
+    jobs_finished_by_state,
     worker_list,
 )
 
@@ -69,6 +70,15 @@ class TempoCollector:
             "Second or later attempts started in the last 5 minutes.",
             value=stats.retries,
         )
+        finished = GaugeMetricFamily(
+            "tempo_jobs_finished_day",
+            "Jobs finished since this hour yesterday, by final state (from the hourly "
+            "rollups, which outlive the jobs).",
+            labels=["state"],
+        )
+        for state, count in sorted(jobs_finished_by_state(now=self.now).items()):
+            finished.add_metric([state], count)
+        yield finished
         cost = dispatcher_cost_by_hour(since=self.now - dt.timedelta(hours=1))
         yield GaugeMetricFamily(
             "tempo_dispatcher_cost_score_hour",
