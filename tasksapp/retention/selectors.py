@@ -1,4 +1,5 @@
-"""Retention's reads: what a run would remove (for the command's progress bar)."""
+"""Retention's reads: what a run would remove (for the command's progress bar), and how big
+the growing tables are."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django.db.models import Q
 from tasksapp.engine.models import Job
 from tasksapp.retention.services import finished_rules, rollup_mark
 from tasksapp.retention.settings import retention_settings
+from tasksapp.retention.store import TableSize, retention_store
 
 
 def retention_backlog(*, now: dt.datetime) -> int:
@@ -23,3 +25,24 @@ def retention_backlog(*, now: dt.datetime) -> int:
             scope &= Q(handler__in=rule.handlers)
         match |= scope & ~Q(handler__in=rule.except_handlers)
     return Job.objects.filter(match).count()
+
+
+# The tables that grow with the work, whose size the dashboard's system section shows.
+SIZED_TABLES = (
+    "tasksapp_job",
+    "tasksapp_jobrollup",
+    "tasksapp_sliceplan",
+    "tasksapp_graphrun",
+    "tasksapp_taskrun",
+    "tasksapp_operatoraction",
+    "tasksapp_dispatchercounter",
+    "tasksapp_dispatcher",
+    "tasksapp_workerprocess",
+    "tasksapp_member",
+)
+
+
+def table_sizes() -> list[TableSize]:
+    """Size of each growing table and of its indexes, with its dead rows and last
+    autovacuum (PostgreSQL; empty on SQLite)."""
+    return retention_store().table_sizes(SIZED_TABLES)

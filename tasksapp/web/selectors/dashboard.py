@@ -24,6 +24,7 @@ from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState,
 from tasksapp.engine.settings import tempo_settings
 from tasksapp.retention.history import job_history
 from tasksapp.retention.models import HOUR, MINUTE
+from tasksapp.retention.selectors import table_sizes
 from tasksapp.retention.settings import retention_settings
 
 DAY_SECONDS = 86_400
@@ -420,6 +421,7 @@ def dashboard_overview(*, now: dt.datetime | None = None) -> dict[str, Any]:
         ],
         "history": job_history_by_day(now=now),
         "retention": {"succeeded_days": retention_settings().job_days[JobState.SUCCEEDED]},
+        "tables": [asdict(t) for t in table_sizes()],
         "dispatchers": [asdict(d) for d in dispatchers],
         "workers": [asdict(w) for w in worker_list(now=now)],
         "partitions": partition_owners(dispatchers=dispatchers),
