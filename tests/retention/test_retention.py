@@ -4,6 +4,10 @@ removes everything else past its age (against the real database, both stores).""
 from __future__ import annotations
 
 import datetime as dt
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -14,29 +18,17 @@ from hypothesis import strategies as st
 from tasksapp.engine.models import FINAL_STATES, Dispatcher, Job, JobState, WorkerProcess
 from tasksapp.graphs.models import GraphRun, GraphState, TaskRun
 from tasksapp.recurring.models import RecurringTask, SlicePlan
-from tasksapp.retention import store as retention_stores
 from tasksapp.retention.models import JobRollup, RollupMark
 from tasksapp.retention.services import retention_run
 from tasksapp.retention.settings import RetentionSettings
 from tasksapp.web.models import OperatorAction
 from tests.factories import JobFactory
-from tests.retention.conftest import FAST
+from tests.retention.conftest import FAST, ON_POSTGRES
 
 RECORD = "tests.handlers.recording.record"
 NOOP = "tests.handlers.recording.noop"  # its own ages in FAST: succeeded 2 days, dead 60
 DAY = dt.timedelta(days=1)
 OPEN, CLOSED = 5, 1  # occurrences (periods) whose slice plan is open, closed
-
-
-@pytest.fixture(params=["postgres", "orm"])
-def store(request, monkeypatch):
-    """Each test runs with both retention stores (the ORM one is SQLite's)."""
-    chosen = {
-        "postgres": retention_stores.PostgresRetentionStore,
-        "orm": retention_stores.SqliteRetentionStore,
-    }[request.param]()
-    monkeypatch.setattr("tasksapp.retention.services.retention_store", lambda: chosen)
-    return request.param
 
 
 def _task_with_plans(now: dt.datetime) -> RecurringTask:
@@ -273,3 +265,21 @@ def test_the_planner_never_plans_again_an_occurrence_whose_jobs_were_removed(ret
     planned_again = set(Job.objects.values_list("idempotency_key", flat=True))
     assert planned_again  # today's occurrences are planned
     assert not planned_again & ran
+
+
+@pytest.mark.skipif(not ON_POSTGRES, reason="runs these files on SQLite (from PostgreSQL's run)")
+def test_retention_on_a_sqlite_database(tmp_path):
+    """The embedded mode: the same rules and rollups through the ORM, on SQLite."""
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'retention.sqlite3'}"}
+    files = [__file__, str(Path(__file__).with_name("test_rollups.py"))]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
+    result = subprocess.run(
+        command,
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert " passed" in result.stdout and "failed" not in result.stdout

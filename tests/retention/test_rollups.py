@@ -11,7 +11,6 @@ import pytest
 from django.utils import timezone
 
 from tasksapp.engine.models import Job
-from tasksapp.retention import store as retention_stores
 from tasksapp.retention.history import job_history
 from tasksapp.retention.models import HOUR, LAG_BOUNDS_MS, MINUTE, JobRollup
 from tasksapp.retention.services import retention_run, rollup_write
@@ -24,17 +23,6 @@ from tasksapp.web.selectors.dashboard import (
 
 STATES = ("succeeded", "succeeded", "succeeded", "dead", "cancelled", "lost", "failed")
 TASK = 77
-
-
-@pytest.fixture(params=["postgres", "orm"])
-def store(request, monkeypatch):
-    chosen = {
-        "postgres": retention_stores.PostgresRetentionStore,
-        "orm": retention_stores.SqliteRetentionStore,
-    }[request.param]()
-    for module in ("tasksapp.retention.services", "tasksapp.retention.history"):
-        monkeypatch.setattr(f"{module}.retention_store", lambda: chosen)
-    return request.param
 
 
 def _finished_jobs(now: dt.datetime, count: int = 300) -> list[Job]:
