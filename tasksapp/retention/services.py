@@ -76,6 +76,8 @@ def rollup_write(*, now: dt.datetime | None = None) -> dt.datetime:
     while True:
         with transaction.atomic():
             mark = _locked_mark(until)
+            if mark is None:  # another run is rolling up: it moves the mark
+                return rollup_mark()
             if mark.until >= until:
                 return mark.until
             since = _next_finish(mark.until) or until  # a quiet stretch is skipped
@@ -90,11 +92,14 @@ def _next_finish(after: dt.datetime) -> dt.datetime | None:
     return Job.objects.filter(finished_at__gte=after).aggregate(first=Min("finished_at"))["first"]
 
 
-def _locked_mark(until: dt.datetime) -> RollupMark:
-    """The mark, locked; a first run starts at the oldest finish, on a bucket boundary."""
-    oldest = Job.objects.aggregate(oldest=Min("finished_at"))["oldest"] or until
-    RollupMark.objects.get_or_create(pk=1, defaults={"until": bucket_start(oldest, HOUR)})
-    return RollupMark.objects.select_for_update().get(pk=1)
+def _locked_mark(until: dt.datetime) -> RollupMark | None:
+    """The mark, locked, or None while another run holds it (never waited for: a first
+    run after an upgrade may take long). A first run starts at the oldest finish, on a
+    bucket boundary."""
+    if not RollupMark.objects.filter(pk=1).exists():
+        oldest = Job.objects.aggregate(oldest=Min("finished_at"))["oldest"] or until
+        RollupMark.objects.get_or_create(pk=1, defaults={"until": bucket_start(oldest, HOUR)})
+    return RollupMark.objects.select_for_update(skip_locked=True).filter(pk=1).first()
 
 
 # --- removal ------------------------------------------------------------------------------

@@ -283,3 +283,48 @@ def test_retention_on_a_sqlite_database(tmp_path):
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " passed" in result.stdout and "failed" not in result.stdout
+
+
+@pytest.mark.django_db
+def test_a_migration_installs_the_beat_entry_and_the_workers_know_its_task():
+    from django_celery_beat.models import PeriodicTask
+
+    from schedapp.celery import app
+    from tasksapp.retention.tasks import RETENTION_RUN
+
+    entry = PeriodicTask.objects.get(name="tempo: retention")
+    assert entry.task == RETENTION_RUN and entry.enabled
+    assert (entry.interval.every, entry.interval.period) == (5, "minutes")
+    app.loader.import_default_modules()
+    assert RETENTION_RUN in app.tasks
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_does_not_wait_for_another_rolling_up(retention):
+    import threading
+
+    from django.db import connection, transaction
+
+    from tasksapp.retention.services import rollup_mark, rollup_write
+
+    now = timezone.now()
+    JobFactory(state=JobState.SUCCEEDED, finished_at=now - DAY)
+    rollup_write(now=now - DAY / 2)
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_mark():
+        with transaction.atomic():
+            RollupMark.objects.select_for_update().get(pk=1)
+            held.set()
+            release.wait(30)
+        connection.close()
+
+    holder = threading.Thread(target=hold_the_mark)
+    holder.start()
+    held.wait(10)
+    try:
+        assert rollup_write(now=now) == rollup_mark()  # returns at once, mark unchanged
+    finally:
+        release.set()
+        holder.join()
+    assert rollup_write(now=now) == now
