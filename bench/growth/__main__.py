@@ -43,6 +43,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--variants", nargs="+", default=["retention", "none"])
     parser.add_argument("--db-prefix", default="tempo_bench_growth")
     parser.add_argument("--skip-partitions", action="store_true")
+    parser.add_argument("--name", default="growth", help="results and plot file name")
     return parser.parse_args()
 
 
@@ -65,7 +66,7 @@ def ratios(days: list[dict]) -> dict[str, float]:
     return {key: last[key] / tenth[key] if tenth[key] else float("nan") for key, _ in MEASURES}
 
 
-def plot(results: dict[str, dict]) -> None:
+def plot(results: dict[str, dict], path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -83,8 +84,8 @@ def plot(results: dict[str, dict]) -> None:
     axes.flat[0].legend(title="retention")
     members = next(iter(results.values()))["members"]
     figure.suptitle(f"Growth: a daily task for {members:,} members, per simulated day")
-    PLOT.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(PLOT, dpi=90)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=90)
 
 
 def main() -> None:
@@ -95,17 +96,21 @@ def main() -> None:
         results[variant] = run_variant(variant, args)
         results[variant]["day60_vs_day10"] = ratios(results[variant]["days"])
         print(json.dumps(results[variant]["day60_vs_day10"], indent=1), flush=True)
-    plot(results)
+    plot_path = PLOT.with_name(f"{args.name}.png")
+    plot(results, plot_path)
     partitions = None
     if not args.skip_partitions:
         from bench.growth import partitions as partition_bench
 
         partitions = partition_bench.run(db_prefix=args.db_prefix)
     path = write_json(
-        "growth",
+        args.name,
         {"command": " ".join(sys.argv), "variants": results, "partitions": partitions},
     )
-    print(f"results: {path}; plot: {PLOT}")
+    print(f"results: {path}; plot: {plot_path}")
+    from bench.growth import report
+
+    report.main(args.name)
 
 
 if __name__ == "__main__":
