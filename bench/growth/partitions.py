@@ -20,7 +20,7 @@ import statistics
 import threading
 import time
 
-from bench.common import BenchDatabase, percentile
+from bench.common import BenchDatabase, percentile, write_json
 
 FILL = """
 INSERT INTO {table} (handler, payload, run_at, created_at, claimed_at, started_at,
@@ -198,4 +198,7 @@ def run(*, db_prefix: str, rows_per_day: int = 100_000, days: int = 8) -> dict:
 if __name__ == "__main__":
     prefix = os.environ.get("BENCH_DB_PREFIX", "tempo_bench_growth")
     rows = int(os.environ.get("BENCH_ROWS_PER_DAY", "100000"))
-    print(run(db_prefix=prefix, rows_per_day=rows))
+    result = run(db_prefix=prefix, rows_per_day=rows)
+    print(
+        write_json("growth-partitions", {"command": "python -m bench.growth.partitions", **result})
+    )
