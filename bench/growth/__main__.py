@@ -30,6 +30,7 @@ MEASURES = (
     ("overview_p95_ms", "dashboard overview p95 (ms)"),
     ("slice_ms", "planner time per slice (ms)"),
 )
+LABELS = {"retention": "with retention", "none": "without retention"}
 RETENTION_ENV = {
     "TEMPO_RETENTION_BATCH_SIZE": "5000",
     "TEMPO_RETENTION_BATCH_PAUSE_SECONDS": "0",
@@ -76,12 +77,13 @@ def plot(results: dict[str, dict], path) -> None:
     for axis, (key, title) in zip(axes.flat, MEASURES, strict=True):
         for variant, result in results.items():
             days = [d["day"] for d in result["days"]]
-            axis.plot(days, [d[key] for d in result["days"]], label=f"{variant}", linewidth=1.4)
+            label = LABELS.get(variant, variant)
+            axis.plot(days, [d[key] for d in result["days"]], label=label, linewidth=1.4)
         axis.set_title(title, fontsize=10)
         axis.set_xlabel("simulated day")
         axis.set_ylim(bottom=0)
         axis.grid(alpha=0.3)
-    axes.flat[0].legend(title="retention")
+    axes.flat[0].legend()
     members = next(iter(results.values()))["members"]
     figure.suptitle(f"Growth: a daily task for {members:,} members, per simulated day")
     path.parent.mkdir(parents=True, exist_ok=True)
