@@ -7,7 +7,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "schedapp.settings")
 app = Celery("schedapp")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 # Celery tasks live in each feature's `tasks` module.
-app.autodiscover_tasks(["tasksapp.engine.worker", "tasksapp.recurring"])
+app.autodiscover_tasks(["tasksapp.engine.worker", "tasksapp.recurring", "tasksapp.retention"])
 
 
 def _route_to_tempo_queue(name, args, kwargs, options, task=None, **kw):

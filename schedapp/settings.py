@@ -402,3 +402,32 @@ TEMPO_HANDLER_MODULES = env.list(
 TEMPO_GRAPH_TASK_MODULES = env.list(
     "TEMPO_GRAPH_TASK_MODULES", default=["tasksapp.demo.graph_tasks"]
 )
+
+# --- Retention and rollups (tasksapp.retention, docs/OPERATIONS.md) ------------------
+TEMPO_RETENTION = {
+    # A finished job is removed this many days after it finished (its rollup stays).
+    "SUCCEEDED_DAYS": env.float("TEMPO_RETENTION_SUCCEEDED_DAYS", default=7.0),
+    "CANCELLED_DAYS": env.float("TEMPO_RETENTION_CANCELLED_DAYS", default=30.0),
+    "DEAD_DAYS": env.float("TEMPO_RETENTION_DEAD_DAYS", default=30.0),
+    "LOST_DAYS": env.float("TEMPO_RETENTION_LOST_DAYS", default=30.0),
+    # Per handler: {"billing.sync": {"succeeded": 90}}; states not named keep the above.
+    "HANDLER_DAYS": env.json("TEMPO_RETENTION_HANDLER_DAYS", default={}),
+    # Slice plans after their jobs can no longer retry; finished graph runs with their jobs.
+    "SLICE_PLAN_DAYS": env.float("TEMPO_RETENTION_SLICE_PLAN_DAYS", default=30.0),
+    "GRAPH_RUN_DAYS": env.float("TEMPO_RETENTION_GRAPH_RUN_DAYS", default=30.0),
+    # The operators' audit log.
+    "AUDIT_DAYS": env.float("TEMPO_RETENTION_AUDIT_DAYS", default=365.0),
+    # Dispatcher and worker rows silent this long; dispatchers' per-minute counters.
+    "HEARTBEAT_DAYS": env.float("TEMPO_RETENTION_HEARTBEAT_DAYS", default=7.0),
+    "COUNTER_DAYS": env.float("TEMPO_RETENTION_COUNTER_DAYS", default=14.0),
+    # Rollups: per-minute ones feed the last hours' charts, per-hour ones the history.
+    "MINUTE_ROLLUP_DAYS": env.float("TEMPO_RETENTION_MINUTE_ROLLUP_DAYS", default=14.0),
+    "HOUR_ROLLUP_DAYS": env.float("TEMPO_RETENTION_HOUR_ROLLUP_DAYS", default=400.0),
+    # Jobs are rolled up once they finished this long ago (a finish still committing
+    # is not missed); newer ones are read from the jobs table.
+    "ROLLUP_DELAY_SECONDS": env.float("TEMPO_RETENTION_ROLLUP_DELAY_SECONDS", default=300.0),
+    # Rows removed per statement, and the pause between statements: no statement holds
+    # its row locks for long, and claims go on between them.
+    "BATCH_SIZE": env.int("TEMPO_RETENTION_BATCH_SIZE", default=1000),
+    "BATCH_PAUSE_SECONDS": env.float("TEMPO_RETENTION_BATCH_PAUSE_SECONDS", default=0.05),
+}

@@ -11,6 +11,7 @@ from tasksapp.engine.models import (
 )
 from tasksapp.graphs.models import GraphRun, GraphState, Strategy, TaskRun, TaskState
 from tasksapp.recurring.models import FreeOrdinal, Member, RecurringTask, SlicePlan
+from tasksapp.retention.models import JobRollup, RollupMark
 from tasksapp.web.models import ApiToken, OperatorAction
 
 __all__ = [
@@ -22,10 +23,12 @@ __all__ = [
     "GraphRun",
     "GraphState",
     "Job",
+    "JobRollup",
     "JobState",
     "Member",
     "OperatorAction",
     "RecurringTask",
+    "RollupMark",
     "SlicePlan",
     "Strategy",
     "TaskRun",

@@ -20,5 +20,27 @@
       registry[id] = new Chart(canvas, config);
       return registry[id];
     },
+    /* Jobs finished per day (stacked) and the start lag's p95 (line), from the rollups. */
+    history: function (registry, id, h) {
+      var c = this.colors;
+      return this.make(registry, id, {
+        type: "bar",
+        data: {
+          labels: h.days.map(function (d) { return d.slice(5); }),
+          datasets: [
+            { label: "succeeded", data: h.succeeded, backgroundColor: c.ok, stack: "s", yAxisID: "y" },
+            { label: "failed", data: h.failed, backgroundColor: c.bad, stack: "s", yAxisID: "y" },
+            { label: "cancelled", data: h.cancelled, backgroundColor: c.idle, stack: "s", yAxisID: "y" },
+            { label: "start lag p95 (ms)", type: "line", data: h.lag_p95_ms, borderColor: c.warn,
+              backgroundColor: c.warn, yAxisID: "y1", pointRadius: 1, spanGaps: true },
+          ],
+        },
+        options: { scales: {
+          x: { ticks: { maxTicksLimit: 15 } },
+          y: { beginAtZero: true, title: { display: true, text: "jobs / day" } },
+          y1: { beginAtZero: true, position: "right", grid: { drawOnChartArea: false }, title: { display: true, text: "lag p95 (ms)" } },
+        } },
+      });
+    },
   };
 })();

@@ -17,6 +17,7 @@
       },
       options: { scales: { x: { ticks: { maxTicksLimit: 12 } }, y: { beginAtZero: true, title: { display: true, text: "jobs / min" } } } },
     });
+    T.history(charts, "history-chart", data.history);
     if (data.cost.length) {
       T.make(charts, "cost-chart", {
         type: "bar",

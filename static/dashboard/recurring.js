@@ -68,5 +68,6 @@
 
   drawStrip();
   drawCharts();
+  T.history(charts, "history-chart", data.history);
   window.addEventListener("resize", drawStrip);
 })();

@@ -6,93 +6,200 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='WorkerProcess',
+            name="WorkerProcess",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200, unique=True)),
-                ('hostname', models.CharField(max_length=200)),
-                ('pid', models.IntegerField()),
-                ('started_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('heartbeat_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('running', models.IntegerField(default=0)),
-                ('succeeded', models.BigIntegerField(default=0)),
-                ('failed', models.BigIntegerField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200, unique=True)),
+                ("hostname", models.CharField(max_length=200)),
+                ("pid", models.IntegerField()),
+                (
+                    "started_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                (
+                    "heartbeat_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                ("running", models.IntegerField(default=0)),
+                ("succeeded", models.BigIntegerField(default=0)),
+                ("failed", models.BigIntegerField(default=0)),
             ],
         ),
         migrations.CreateModel(
-            name='Dispatcher',
+            name="Dispatcher",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200, unique=True)),
-                ('hostname', models.CharField(max_length=200)),
-                ('pid', models.IntegerField()),
-                ('started_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('heartbeat_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('stopped_at', models.DateTimeField(blank=True, null=True)),
-                ('partitions', models.JSONField(blank=True, default=list)),
-                ('clock_offset_ms', models.FloatField(default=0.0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200, unique=True)),
+                ("hostname", models.CharField(max_length=200)),
+                ("pid", models.IntegerField()),
+                (
+                    "started_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                (
+                    "heartbeat_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                ("stopped_at", models.DateTimeField(blank=True, null=True)),
+                ("partitions", models.JSONField(blank=True, default=list)),
+                ("clock_offset_ms", models.FloatField(default=0.0)),
             ],
             options={
-                'indexes': [models.Index(fields=['heartbeat_at'], name='dispatcher_heartbeat_idx')],
+                "indexes": [models.Index(fields=["heartbeat_at"], name="dispatcher_heartbeat_idx")],
             },
         ),
         migrations.CreateModel(
-            name='DispatcherCounter',
+            name="DispatcherCounter",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('dispatcher', models.CharField(max_length=200)),
-                ('minute', models.DateTimeField()),
-                ('polls', models.IntegerField(default=0)),
-                ('rows_fetched', models.IntegerField(default=0)),
-                ('claims', models.IntegerField(default=0)),
-                ('claims_lost', models.IntegerField(default=0)),
-                ('single_reads', models.IntegerField(default=0)),
-                ('reaped', models.IntegerField(default=0)),
-                ('messages', models.IntegerField(default=0)),
-                ('notifications', models.IntegerField(default=0)),
-                ('statements', models.IntegerField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("dispatcher", models.CharField(max_length=200)),
+                ("minute", models.DateTimeField()),
+                ("polls", models.IntegerField(default=0)),
+                ("rows_fetched", models.IntegerField(default=0)),
+                ("claims", models.IntegerField(default=0)),
+                ("claims_lost", models.IntegerField(default=0)),
+                ("single_reads", models.IntegerField(default=0)),
+                ("reaped", models.IntegerField(default=0)),
+                ("messages", models.IntegerField(default=0)),
+                ("notifications", models.IntegerField(default=0)),
+                ("statements", models.IntegerField(default=0)),
             ],
             options={
-                'indexes': [models.Index(fields=['minute'], name='counter_minute_idx')],
-                'constraints': [models.UniqueConstraint(fields=('dispatcher', 'minute'), name='counter_unique_minute')],
+                "indexes": [models.Index(fields=["minute"], name="counter_minute_idx")],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("dispatcher", "minute"), name="counter_unique_minute"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('handler', models.CharField(help_text='Dotted path to a callable.', max_length=200)),
-                ('payload', models.JSONField(blank=True, default=dict)),
-                ('run_at', models.DateTimeField()),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('claimed_at', models.DateTimeField(blank=True, null=True)),
-                ('started_at', models.DateTimeField(blank=True, help_text='When the handler began.', null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('state', models.CharField(choices=[('scheduled', 'Scheduled'), ('claimed', 'Claimed'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('dead', 'Dead'), ('cancelled', 'Cancelled'), ('lost', 'Lost')], default='scheduled', max_length=16)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('max_attempts', models.PositiveIntegerField(default=5)),
-                ('retry_policy', models.JSONField(blank=True, default=dict)),
-                ('delivery', models.CharField(choices=[('transactional', 'Transactional'), ('at_least_once', 'At Least Once'), ('at_most_once', 'At Most Once')], default='transactional', max_length=16)),
-                ('time_limit', models.FloatField(blank=True, help_text='Seconds per attempt.', null=True)),
-                ('idempotency_key', models.CharField(default=tasksapp.engine.models.jobs.new_idempotency_key, max_length=200, unique=True)),
-                ('lease_token', models.BigIntegerField(default=0)),
-                ('claimed_by', models.CharField(blank=True, default='', max_length=200)),
-                ('lease_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('last_error', models.TextField(blank=True, default='')),
-                ('errors', models.JSONField(blank=True, default=list, help_text='One entry per failed attempt.')),
-                ('result', models.JSONField(blank=True, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "handler",
+                    models.CharField(help_text="Dotted path to a callable.", max_length=200),
+                ),
+                ("payload", models.JSONField(blank=True, default=dict)),
+                ("run_at", models.DateTimeField()),
+                (
+                    "created_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                ("claimed_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "started_at",
+                    models.DateTimeField(
+                        blank=True, help_text="When the handler began.", null=True
+                    ),
+                ),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("scheduled", "Scheduled"),
+                            ("claimed", "Claimed"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("dead", "Dead"),
+                            ("cancelled", "Cancelled"),
+                            ("lost", "Lost"),
+                        ],
+                        default="scheduled",
+                        max_length=16,
+                    ),
+                ),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("max_attempts", models.PositiveIntegerField(default=5)),
+                ("retry_policy", models.JSONField(blank=True, default=dict)),
+                (
+                    "delivery",
+                    models.CharField(
+                        choices=[
+                            ("transactional", "Transactional"),
+                            ("at_least_once", "At Least Once"),
+                            ("at_most_once", "At Most Once"),
+                        ],
+                        default="transactional",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "time_limit",
+                    models.FloatField(blank=True, help_text="Seconds per attempt.", null=True),
+                ),
+                (
+                    "idempotency_key",
+                    models.CharField(
+                        default=tasksapp.engine.models.jobs.new_idempotency_key,
+                        max_length=200,
+                        unique=True,
+                    ),
+                ),
+                ("lease_token", models.BigIntegerField(default=0)),
+                ("claimed_by", models.CharField(blank=True, default="", max_length=200)),
+                ("lease_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("last_error", models.TextField(blank=True, default="")),
+                (
+                    "errors",
+                    models.JSONField(
+                        blank=True, default=list, help_text="One entry per failed attempt."
+                    ),
+                ),
+                ("result", models.JSONField(blank=True, null=True)),
             ],
             options={
-                'indexes': [models.Index(condition=models.Q(('state__in', ['scheduled', 'failed'])), fields=['run_at'], name='job_due_idx'), models.Index(condition=models.Q(('state__in', ['claimed', 'running'])), fields=['lease_expires_at'], name='job_lease_idx'), models.Index(fields=['state', 'run_at'], name='job_state_run_at_idx'), models.Index(fields=['handler', 'run_at'], name='job_handler_run_at_idx')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('attempts__gte', 0)), name='job_attempts_gte_0'), models.CheckConstraint(condition=models.Q(('max_attempts__gte', 1)), name='job_max_attempts_gte_1')],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("state__in", ["scheduled", "failed"])),
+                        fields=["run_at"],
+                        name="job_due_idx",
+                    ),
+                    models.Index(
+                        condition=models.Q(("state__in", ["claimed", "running"])),
+                        fields=["lease_expires_at"],
+                        name="job_lease_idx",
+                    ),
+                    models.Index(fields=["state", "run_at"], name="job_state_run_at_idx"),
+                    models.Index(fields=["handler", "run_at"], name="job_handler_run_at_idx"),
+                ],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("attempts__gte", 0)), name="job_attempts_gte_0"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("max_attempts__gte", 1)), name="job_max_attempts_gte_1"
+                    ),
+                ],
             },
         ),
     ]

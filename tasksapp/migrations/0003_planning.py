@@ -6,78 +6,196 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tasksapp', '0002_job_notify_trigger'),
+        ("tasksapp", "0002_job_notify_trigger"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='FreeOrdinal',
+            name="FreeOrdinal",
             fields=[
-                ('ordinal', models.BigIntegerField(primary_key=True, serialize=False)),
+                ("ordinal", models.BigIntegerField(primary_key=True, serialize=False)),
             ],
         ),
         migrations.CreateModel(
-            name='Member',
+            name="Member",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('external_id', models.CharField(help_text='Id in the product.', max_length=200, unique=True)),
-                ('ordinal', models.BigIntegerField(help_text="Index into the phase sequence; a deleted member's is reused.", unique=True)),
-                ('phase', models.FloatField(help_text='Where in every period this member runs, in [0, 1).')),
-                ('active', models.BooleanField(default=True, help_text='Inactive members are not planned.')),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "external_id",
+                    models.CharField(help_text="Id in the product.", max_length=200, unique=True),
+                ),
+                (
+                    "ordinal",
+                    models.BigIntegerField(
+                        help_text="Index into the phase sequence; a deleted member's is reused.",
+                        unique=True,
+                    ),
+                ),
+                (
+                    "phase",
+                    models.FloatField(
+                        help_text="Where in every period this member runs, in [0, 1)."
+                    ),
+                ),
+                (
+                    "active",
+                    models.BooleanField(
+                        default=True, help_text="Inactive members are not planned."
+                    ),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
             ],
             options={
-                'indexes': [models.Index(condition=models.Q(('active', True)), fields=['phase'], name='member_active_phase_idx')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('phase__gte', 0), ('phase__lt', 1)), name='member_phase_in_0_1'), models.CheckConstraint(condition=models.Q(('ordinal__gte', 0)), name='member_ordinal_gte_0')],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("active", True)),
+                        fields=["phase"],
+                        name="member_active_phase_idx",
+                    )
+                ],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("phase__gte", 0), ("phase__lt", 1)),
+                        name="member_phase_in_0_1",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("ordinal__gte", 0)), name="member_ordinal_gte_0"
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='RecurringTask',
+            name="RecurringTask",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('handler', models.CharField(help_text='Dotted path to a callable.', max_length=200)),
-                ('payload', models.JSONField(blank=True, default=dict, help_text="Merged into every job's.")),
-                ('max_attempts', models.PositiveIntegerField(default=5)),
-                ('retry_policy', models.JSONField(blank=True, default=dict)),
-                ('delivery', models.CharField(choices=[('transactional', 'Transactional'), ('at_least_once', 'At Least Once'), ('at_most_once', 'At Most Once')], default='transactional', max_length=16)),
-                ('time_limit', models.FloatField(blank=True, help_text='Seconds per attempt.', null=True)),
-                ('epoch', models.DateTimeField(help_text='When period `first_period` starts.')),
-                ('first_period', models.BigIntegerField(default=0)),
-                ('period', models.DurationField()),
-                ('slices', models.PositiveIntegerField(default=1)),
-                ('next_from', models.BigIntegerField(blank=True, null=True)),
-                ('next_period', models.DurationField(blank=True, null=True)),
-                ('next_slices', models.PositiveIntegerField(blank=True, null=True)),
-                ('active', models.BooleanField(default=True, help_text='Inactive tasks are not planned.')),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100, unique=True)),
+                (
+                    "handler",
+                    models.CharField(help_text="Dotted path to a callable.", max_length=200),
+                ),
+                (
+                    "payload",
+                    models.JSONField(
+                        blank=True, default=dict, help_text="Merged into every job's."
+                    ),
+                ),
+                ("max_attempts", models.PositiveIntegerField(default=5)),
+                ("retry_policy", models.JSONField(blank=True, default=dict)),
+                (
+                    "delivery",
+                    models.CharField(
+                        choices=[
+                            ("transactional", "Transactional"),
+                            ("at_least_once", "At Least Once"),
+                            ("at_most_once", "At Most Once"),
+                        ],
+                        default="transactional",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "time_limit",
+                    models.FloatField(blank=True, help_text="Seconds per attempt.", null=True),
+                ),
+                ("epoch", models.DateTimeField(help_text="When period `first_period` starts.")),
+                ("first_period", models.BigIntegerField(default=0)),
+                ("period", models.DurationField()),
+                ("slices", models.PositiveIntegerField(default=1)),
+                ("next_from", models.BigIntegerField(blank=True, null=True)),
+                ("next_period", models.DurationField(blank=True, null=True)),
+                ("next_slices", models.PositiveIntegerField(blank=True, null=True)),
+                (
+                    "active",
+                    models.BooleanField(default=True, help_text="Inactive tasks are not planned."),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
             ],
             options={
-                'constraints': [models.CheckConstraint(condition=models.Q(('slices__gte', 1)), name='recurring_slices_gte_1'), models.CheckConstraint(condition=models.Q(models.Q(('next_from__isnull', True), ('next_period__isnull', True), ('next_slices__isnull', True)), models.Q(('next_from__isnull', False), ('next_period__isnull', False), ('next_slices__isnull', False)), _connector='OR'), name='recurring_next_all_or_none')],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("slices__gte", 1)), name="recurring_slices_gte_1"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            models.Q(
+                                ("next_from__isnull", True),
+                                ("next_period__isnull", True),
+                                ("next_slices__isnull", True),
+                            ),
+                            models.Q(
+                                ("next_from__isnull", False),
+                                ("next_period__isnull", False),
+                                ("next_slices__isnull", False),
+                            ),
+                            _connector="OR",
+                        ),
+                        name="recurring_next_all_or_none",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='SlicePlan',
+            name="SlicePlan",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('period', models.BigIntegerField()),
-                ('slice_index', models.PositiveIntegerField()),
-                ('slices', models.PositiveIntegerField()),
-                ('period_start', models.DateTimeField()),
-                ('period_length', models.DurationField()),
-                ('starts_at', models.DateTimeField()),
-                ('ends_at', models.DateTimeField()),
-                ('jobs_planned', models.PositiveIntegerField(default=0)),
-                ('missed', models.PositiveIntegerField(default=0, help_text='Members whose time had passed beyond the grace when planned.')),
-                ('duration_ms', models.FloatField(default=0.0)),
-                ('planned_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('task', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='slice_plans', to='tasksapp.recurringtask')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("period", models.BigIntegerField()),
+                ("slice_index", models.PositiveIntegerField()),
+                ("slices", models.PositiveIntegerField()),
+                ("period_start", models.DateTimeField()),
+                ("period_length", models.DurationField()),
+                ("starts_at", models.DateTimeField()),
+                ("ends_at", models.DateTimeField()),
+                ("jobs_planned", models.PositiveIntegerField(default=0)),
+                (
+                    "missed",
+                    models.PositiveIntegerField(
+                        default=0,
+                        help_text="Members whose time had passed beyond the grace when planned.",
+                    ),
+                ),
+                ("duration_ms", models.FloatField(default=0.0)),
+                (
+                    "planned_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                (
+                    "task",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="slice_plans",
+                        to="tasksapp.recurringtask",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['ends_at'], name='slice_plan_ends_at_idx')],
-                'constraints': [models.UniqueConstraint(fields=('task', 'period', 'slice_index'), name='slice_plan_unique')],
+                "indexes": [models.Index(fields=["ends_at"], name="slice_plan_ends_at_idx")],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("task", "period", "slice_index"), name="slice_plan_unique"
+                    )
+                ],
             },
         ),
     ]

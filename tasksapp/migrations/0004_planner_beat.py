@@ -11,7 +11,11 @@ def install(apps, schema_editor):
     crontab_model = apps.get_model("django_celery_beat", "CrontabSchedule")
     periodic_task_model = apps.get_model("django_celery_beat", "PeriodicTask")
     crontab, _ = crontab_model.objects.get_or_create(
-        minute="0", hour="0", day_of_week="*", day_of_month="*", month_of_year="*",
+        minute="0",
+        hour="0",
+        day_of_week="*",
+        day_of_month="*",
+        month_of_year="*",
         timezone="UTC",
     )
     periodic_task_model.objects.get_or_create(

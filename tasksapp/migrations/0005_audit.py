@@ -7,29 +7,61 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tasksapp', '0004_planner_beat'),
+        ("tasksapp", "0004_planner_beat"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='OperatorAction',
+            name="OperatorAction",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('username', models.CharField(help_text='Kept when the user is deleted.', max_length=150)),
-                ('via', models.CharField(choices=[('dashboard', 'Dashboard'), ('api', 'Api'), ('admin', 'Admin')], max_length=16)),
-                ('action', models.CharField(max_length=40)),
-                ('target_type', models.CharField(max_length=40)),
-                ('target_id', models.CharField(max_length=200)),
-                ('details', models.JSONField(blank=True, default=dict)),
-                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("at", models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+                (
+                    "username",
+                    models.CharField(help_text="Kept when the user is deleted.", max_length=150),
+                ),
+                (
+                    "via",
+                    models.CharField(
+                        choices=[("dashboard", "Dashboard"), ("api", "Api"), ("admin", "Admin")],
+                        max_length=16,
+                    ),
+                ),
+                ("action", models.CharField(max_length=40)),
+                ("target_type", models.CharField(max_length=40)),
+                ("target_id", models.CharField(max_length=200)),
+                ("details", models.JSONField(blank=True, default=dict)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'permissions': [('view_dashboard', 'Can see the operator dashboard and read the API'), ('operate', 'Can retry, cancel, run now, pause and resume, and write through the API')],
-                'indexes': [models.Index(fields=['-at'], name='operator_action_at_idx'), models.Index(fields=['target_type', 'target_id'], name='operator_action_target_idx')],
+                "permissions": [
+                    ("view_dashboard", "Can see the operator dashboard and read the API"),
+                    (
+                        "operate",
+                        "Can retry, cancel, run now, pause and resume, and write through the API",
+                    ),
+                ],
+                "indexes": [
+                    models.Index(fields=["-at"], name="operator_action_at_idx"),
+                    models.Index(
+                        fields=["target_type", "target_id"], name="operator_action_target_idx"
+                    ),
+                ],
             },
         ),
     ]

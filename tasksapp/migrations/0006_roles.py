@@ -5,8 +5,15 @@ from django.db import migrations
 VIEW = ["view_dashboard"]
 OPERATE = ["view_dashboard", "operate"]
 MODELS = [
-    "job", "member", "recurringtask", "sliceplan", "dispatcher", "dispatchercounter",
-    "workerprocess", "freeordinal", "operatoraction",
+    "job",
+    "member",
+    "recurringtask",
+    "sliceplan",
+    "dispatcher",
+    "dispatchercounter",
+    "workerprocess",
+    "freeordinal",
+    "operatoraction",
 ]
 ROLES = {
     "viewer": VIEW + [f"view_{m}" for m in MODELS],

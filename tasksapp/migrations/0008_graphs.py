@@ -6,67 +6,200 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tasksapp', '0007_job_dashboard_indexes'),
+        ("tasksapp", "0007_job_dashboard_indexes"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='GraphRun',
+            name="GraphRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('has', models.JSONField(default=dict, help_text="The job's initial values by proposition.")),
-                ('wants', models.JSONField(default=list, help_text='The propositions it wants.')),
-                ('strategy', models.CharField(choices=[('abort', 'Abort'), ('rerun', 'Rerun'), ('restart', 'Restart'), ('rollback', 'Rollback')], default='abort', max_length=16)),
-                ('plan', models.JSONField(help_text='Plan.as_dict() of the plan being run.')),
-                ('state', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('rolling_back', 'Rolling Back'), ('succeeded', 'Succeeded'), ('aborted', 'Aborted'), ('rolled_back', 'Rolled Back'), ('failed', 'Failed')], default='pending', max_length=16)),
-                ('values', models.JSONField(default=dict, help_text="The job's state: has, merged with every completed output.")),
-                ('result', models.JSONField(blank=True, help_text='The wanted values, once done.', null=True)),
-                ('error', models.TextField(blank=True, default='')),
-                ('generation', models.PositiveIntegerField(default=0, help_text='Bumped by every restart.')),
-                ('restarts', models.PositiveIntegerField(default=0)),
-                ('max_restarts', models.PositiveIntegerField(default=2)),
-                ('max_task_attempts', models.PositiveIntegerField(default=3, help_text='Rerun strategy.')),
-                ('task_retry_policy', models.JSONField(blank=True, default=dict, help_text='Rerun strategy.')),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('job', models.OneToOneField(help_text='The parent job.', on_delete=django.db.models.deletion.CASCADE, related_name='graph_run', to='tasksapp.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "has",
+                    models.JSONField(
+                        default=dict, help_text="The job's initial values by proposition."
+                    ),
+                ),
+                ("wants", models.JSONField(default=list, help_text="The propositions it wants.")),
+                (
+                    "strategy",
+                    models.CharField(
+                        choices=[
+                            ("abort", "Abort"),
+                            ("rerun", "Rerun"),
+                            ("restart", "Restart"),
+                            ("rollback", "Rollback"),
+                        ],
+                        default="abort",
+                        max_length=16,
+                    ),
+                ),
+                ("plan", models.JSONField(help_text="Plan.as_dict() of the plan being run.")),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("rolling_back", "Rolling Back"),
+                            ("succeeded", "Succeeded"),
+                            ("aborted", "Aborted"),
+                            ("rolled_back", "Rolled Back"),
+                            ("failed", "Failed"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "values",
+                    models.JSONField(
+                        default=dict,
+                        help_text="The job's state: has, merged with every completed output.",
+                    ),
+                ),
+                (
+                    "result",
+                    models.JSONField(
+                        blank=True, help_text="The wanted values, once done.", null=True
+                    ),
+                ),
+                ("error", models.TextField(blank=True, default="")),
+                (
+                    "generation",
+                    models.PositiveIntegerField(default=0, help_text="Bumped by every restart."),
+                ),
+                ("restarts", models.PositiveIntegerField(default=0)),
+                ("max_restarts", models.PositiveIntegerField(default=2)),
+                (
+                    "max_task_attempts",
+                    models.PositiveIntegerField(default=3, help_text="Rerun strategy."),
+                ),
+                (
+                    "task_retry_policy",
+                    models.JSONField(blank=True, default=dict, help_text="Rerun strategy."),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "job",
+                    models.OneToOneField(
+                        help_text="The parent job.",
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="graph_run",
+                        to="tasksapp.job",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='TaskRun',
+            name="TaskRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('task', models.CharField(help_text='Registered graph task name.', max_length=200)),
-                ('layer', models.PositiveIntegerField()),
-                ('state', models.CharField(choices=[('waiting', 'Waiting'), ('ready', 'Ready'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('skipped', 'Skipped'), ('rolled_back', 'Rolled Back')], default='waiting', max_length=16)),
-                ('attempts', models.PositiveIntegerField(default=0, help_text='Runs with a recorded outcome.')),
-                ('inputs', models.JSONField(blank=True, help_text='Of the latest run.', null=True)),
-                ('rescued', models.JSONField(blank=True, default=dict, help_text='Inputs replaced by the rescue hook for retries.')),
-                ('result', models.JSONField(blank=True, null=True)),
-                ('error', models.TextField(blank=True, default='')),
-                ('errors', models.JSONField(blank=True, default=list, help_text='Every failure, all restarts.')),
-                ('done_order', models.PositiveIntegerField(blank=True, help_text='Completion order within the generation.', null=True)),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('released_at', models.DateTimeField(blank=True, null=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('graph_run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='task_runs', to='tasksapp.graphrun')),
-                ('job', models.ForeignKey(blank=True, help_text='The child job of its current run; any other job for it is stale.', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='tasksapp.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("task", models.CharField(help_text="Registered graph task name.", max_length=200)),
+                ("layer", models.PositiveIntegerField()),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("waiting", "Waiting"),
+                            ("ready", "Ready"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("skipped", "Skipped"),
+                            ("rolled_back", "Rolled Back"),
+                        ],
+                        default="waiting",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "attempts",
+                    models.PositiveIntegerField(
+                        default=0, help_text="Runs with a recorded outcome."
+                    ),
+                ),
+                ("inputs", models.JSONField(blank=True, help_text="Of the latest run.", null=True)),
+                (
+                    "rescued",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text="Inputs replaced by the rescue hook for retries.",
+                    ),
+                ),
+                ("result", models.JSONField(blank=True, null=True)),
+                ("error", models.TextField(blank=True, default="")),
+                (
+                    "errors",
+                    models.JSONField(
+                        blank=True, default=list, help_text="Every failure, all restarts."
+                    ),
+                ),
+                (
+                    "done_order",
+                    models.PositiveIntegerField(
+                        blank=True, help_text="Completion order within the generation.", null=True
+                    ),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                ("released_at", models.DateTimeField(blank=True, null=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "graph_run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="task_runs",
+                        to="tasksapp.graphrun",
+                    ),
+                ),
+                (
+                    "job",
+                    models.ForeignKey(
+                        blank=True,
+                        help_text="The child job of its current run; any other job for it is stale.",
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="tasksapp.job",
+                    ),
+                ),
             ],
         ),
         migrations.AddIndex(
-            model_name='graphrun',
-            index=models.Index(fields=['state', 'id'], name='graphrun_state_id_idx'),
+            model_name="graphrun",
+            index=models.Index(fields=["state", "id"], name="graphrun_state_id_idx"),
         ),
         migrations.AddConstraint(
-            model_name='graphrun',
-            constraint=models.CheckConstraint(condition=models.Q(('max_task_attempts__gte', 1)), name='graphrun_max_task_attempts_gte_1'),
+            model_name="graphrun",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("max_task_attempts__gte", 1)),
+                name="graphrun_max_task_attempts_gte_1",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='taskrun',
-            constraint=models.UniqueConstraint(fields=('graph_run', 'task'), name='taskrun_graph_task_uniq'),
+            model_name="taskrun",
+            constraint=models.UniqueConstraint(
+                fields=("graph_run", "task"), name="taskrun_graph_task_uniq"
+            ),
         ),
     ]

@@ -50,33 +50,65 @@ def grant_view_apitoken(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tasksapp', '0010_handler_paths_by_feature'),
+        ("tasksapp", "0010_handler_paths_by_feature"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='operatoraction',
-            name='via',
-            field=models.CharField(choices=[('dashboard', 'Dashboard'), ('api', 'Api'), ('admin', 'Admin'), ('command', 'Command')], max_length=16),
+            model_name="operatoraction",
+            name="via",
+            field=models.CharField(
+                choices=[
+                    ("dashboard", "Dashboard"),
+                    ("api", "Api"),
+                    ("admin", "Admin"),
+                    ("command", "Command"),
+                ],
+                max_length=16,
+            ),
         ),
         migrations.CreateModel(
-            name='ApiToken',
+            name="ApiToken",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text='What the token is for.', max_length=100)),
-                ('prefix', models.CharField(max_length=16)),
-                ('digest', models.CharField(max_length=64, unique=True)),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('user', models.ForeignKey(help_text="The token acts as this user, with this user's role.", on_delete=django.db.models.deletion.CASCADE, related_name='api_tokens', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(help_text="What the token is for.", max_length=100)),
+                ("prefix", models.CharField(max_length=16)),
+                ("digest", models.CharField(max_length=64, unique=True)),
+                (
+                    "created_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        help_text="The token acts as this user, with this user's role.",
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="api_tokens",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'API token',
+                "verbose_name": "API token",
             },
         ),
         migrations.RunPython(convert_drf_tokens, migrations.RunPython.noop),

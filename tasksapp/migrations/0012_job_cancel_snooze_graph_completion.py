@@ -4,35 +4,54 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tasksapp', '0011_api_tokens'),
+        ("tasksapp", "0011_api_tokens"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='graphrun',
-            name='cancelled_at',
-            field=models.DateTimeField(blank=True, help_text='When an operator cancelled it.', null=True),
+            model_name="graphrun",
+            name="cancelled_at",
+            field=models.DateTimeField(
+                blank=True, help_text="When an operator cancelled it.", null=True
+            ),
         ),
         migrations.AddField(
-            model_name='graphrun',
-            name='on_complete',
-            field=models.CharField(blank=True, default='', help_text='Handler of the job scheduled when the graph ends (its outcome in the payload).', max_length=200),
+            model_name="graphrun",
+            name="on_complete",
+            field=models.CharField(
+                blank=True,
+                default="",
+                help_text="Handler of the job scheduled when the graph ends (its outcome in the payload).",
+                max_length=200,
+            ),
         ),
         migrations.AddField(
-            model_name='job',
-            name='cancel_requested_at',
+            model_name="job",
+            name="cancel_requested_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='job',
-            name='history',
+            model_name="job",
+            name="history",
             field=models.JSONField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name='graphrun',
-            name='state',
-            field=models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('rolling_back', 'Rolling Back'), ('succeeded', 'Succeeded'), ('aborted', 'Aborted'), ('rolled_back', 'Rolled Back'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], default='pending', max_length=16),
+            model_name="graphrun",
+            name="state",
+            field=models.CharField(
+                choices=[
+                    ("pending", "Pending"),
+                    ("running", "Running"),
+                    ("rolling_back", "Rolling Back"),
+                    ("succeeded", "Succeeded"),
+                    ("aborted", "Aborted"),
+                    ("rolled_back", "Rolled Back"),
+                    ("failed", "Failed"),
+                    ("cancelled", "Cancelled"),
+                ],
+                default="pending",
+                max_length=16,
+            ),
         ),
     ]

@@ -14,6 +14,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from rest_framework.decorators import api_view, permission_classes
 
+from tasksapp.retention.selectors import table_sizes
+from tasksapp.retention.services import rollup_mark
 from tasksapp.web.api.permissions import ViewOrOperate
 from tasksapp.web.selectors.dashboard import (
     dispatcher_cost_by_hour,
@@ -22,6 +24,7 @@ from tasksapp.web.selectors.dashboard import (
     job_lag_stats,
     job_state_counts,
     job_throughput,
+    jobs_finished_by_state,
     worker_list,
 )
 
@@ -35,6 +38,29 @@ class TempoCollector:
     def collect(self):
         yield from self._jobs()
         yield from self._processes()
+        yield from self._storage()
+
+    def _storage(self):
+        mark = rollup_mark()
+        yield GaugeMetricFamily(
+            "tempo_rollup_lag_seconds",
+            "How far behind the rollups are (retention runs every 5 minutes and rolls up "
+            "what finished more than 5 minutes ago: above ~15 minutes it is not running).",
+            value=(self.now - mark).total_seconds() if mark else float("nan"),
+        )
+        size = GaugeMetricFamily(
+            "tempo_table_bytes",
+            "Size of a growing table or of its indexes.",
+            labels=["table", "part"],
+        )
+        dead = GaugeMetricFamily(
+            "tempo_table_dead_rows", "Dead rows autovacuum has not removed yet.", labels=["table"]
+        )
+        for table in table_sizes():
+            size.add_metric([table.table, "table"], table.table_bytes)
+            size.add_metric([table.table, "indexes"], table.index_bytes)
+            dead.add_metric([table.table], table.dead_rows or 0)
+        yield from (size, dead)
 
     def _jobs(self):
         since = self.now - WINDOW
@@ -69,6 +95,15 @@ class TempoCollector:
             "Second or later attempts started in the last 5 minutes.",
             value=stats.retries,
         )
+        finished = GaugeMetricFamily(
+            "tempo_jobs_finished_day",
+            "Jobs finished since this hour yesterday, by final state (from the hourly "
+            "rollups, which outlive the jobs).",
+            labels=["state"],
+        )
+        for state, count in sorted(jobs_finished_by_state(now=self.now).items()):
+            finished.add_metric([state], count)
+        yield finished
         cost = dispatcher_cost_by_hour(since=self.now - dt.timedelta(hours=1))
         yield GaugeMetricFamily(
             "tempo_dispatcher_cost_score_hour",

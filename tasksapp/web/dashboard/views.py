@@ -38,7 +38,7 @@ from tasksapp.web.operators import (
     recurring_task_pause_audited,
     recurring_task_resume_audited,
 )
-from tasksapp.web.selectors.dashboard import dashboard_overview
+from tasksapp.web.selectors.dashboard import dashboard_overview, job_history_by_day
 from tasksapp.web.selectors.jobs import (
     JobFilterError,
     JobFilters,
@@ -117,7 +117,10 @@ def recurring_detail(request: HttpRequest, task_id: int) -> HttpResponse:
     context = {
         "task": task,
         "view": view,
-        "chart": _plan_chart(view),
+        "chart": {
+            **_plan_chart(view),
+            "history": job_history_by_day(now=view.now, task_id=task.id),
+        },
         "member_query": external_id,
         "member": member,
         "member_runs": runs,

@@ -17,11 +17,17 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import Count, Sum
-from django.db.models.functions import TruncHour, TruncMinute
+from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState, WorkerProcess
 from tasksapp.engine.settings import tempo_settings
+from tasksapp.retention.history import job_history
+from tasksapp.retention.models import HOUR, MINUTE
+from tasksapp.retention.selectors import table_sizes
+from tasksapp.retention.settings import retention_settings
+
+DAY_SECONDS = 86_400
 
 EXACT_COUNT_CAP = 50_000
 LIVE_SECONDS = 30.0  # three missed heartbeats (every 10 s) and a process counts as down
@@ -65,12 +71,6 @@ FROM (SELECT extract(epoch FROM started_at - run_at)::float8 AS lag
       FROM tasksapp_job
       WHERE started_at >= %(since)s AND started_at IS NOT NULL
         AND state = ANY(%(lag_states)s)) lags
-"""
-SQL_FINISHED_PER_MINUTE = """
-SELECT date_trunc('minute', finished_at), state, count(*)
-FROM tasksapp_job
-WHERE finished_at >= %(since)s AND finished_at IS NOT NULL
-GROUP BY 1, 2
 """
 
 
@@ -209,33 +209,44 @@ class Throughput:
 
 def job_throughput(*, since: dt.datetime, until: dt.datetime) -> Throughput:
     """Attempts finished per minute from `since` to `until`: succeeded, and failed (failed,
-    dead or lost). Minutes without any are zeros."""
-    start = since.replace(second=0, microsecond=0)
-    if _postgres():
-        rows = _fetch(SQL_FINISHED_PER_MINUTE, {"since": start})
-    else:
-        rows = (
-            Job.objects.filter(finished_at__gte=start)
-            .annotate(minute=TruncMinute("finished_at"))
-            .values_list("minute", "state")
-            .annotate(n=Count("id"))
-            .order_by()
-        )
-    done: dict[dt.datetime, int] = {}
-    failed: dict[dt.datetime, int] = {}
-    for minute, state, count in rows:
-        if state == JobState.SUCCEEDED:
-            done[minute] = done.get(minute, 0) + count
-        elif state in FAILED_STATES:
-            failed[minute] = failed.get(minute, 0) + count
+    dead or lost), from the per-minute rollups and the minutes not rolled up yet. Minutes
+    without any are zeros."""
     result = Throughput()
-    minute = start
-    while minute <= until:
-        result.minutes.append(minute)
-        result.succeeded.append(done.get(minute, 0))
-        result.failed.append(failed.get(minute, 0))
-        minute += dt.timedelta(minutes=1)
+    for minute in job_history(since=since, until=until, span=MINUTE):
+        result.minutes.append(minute.start)
+        result.succeeded.append(minute.succeeded)
+        result.failed.append(minute.failed)
     return result
+
+
+HISTORY_DAYS = 90
+
+
+def jobs_finished_by_state(*, now: dt.datetime) -> dict[str, int]:
+    """Jobs finished since this hour yesterday, by state, from the per-hour rollups."""
+    totals: dict[str, int] = {}
+    for hour in job_history(since=now - dt.timedelta(days=1), until=now, span=HOUR):
+        for state, count in hour.jobs.items():
+            totals[state] = totals.get(state, 0) + count
+    return totals
+
+
+def job_history_by_day(
+    *, now: dt.datetime, days: int = HISTORY_DAYS, task_id: int | None = None
+) -> dict[str, list]:
+    """Jobs finished per day (UTC) over the last `days`, from the per-hour rollups: they
+    go back further than the jobs kept. JSON-ready, one list per series."""
+    since = now - dt.timedelta(days=days - 1)
+    history = job_history(since=since, until=now, span=HOUR, width=DAY_SECONDS, task_id=task_id)
+    return {
+        "days": [day.start.strftime("%Y-%m-%d") for day in history],
+        "succeeded": [day.succeeded for day in history],
+        "failed": [day.failed for day in history],
+        "cancelled": [day.jobs.get(JobState.CANCELLED, 0) for day in history],
+        "lag_p50_ms": [day.lag_percentile(0.5) for day in history],
+        "lag_p95_ms": [day.lag_percentile(0.95) for day in history],
+        "lag_p99_ms": [day.lag_percentile(0.99) for day in history],
+    }
 
 
 # --- dispatchers' cost --------------------------------------------------------------------
@@ -408,6 +419,9 @@ def dashboard_overview(*, now: dt.datetime | None = None) -> dict[str, Any]:
             }
             for c in costs
         ],
+        "history": job_history_by_day(now=now),
+        "retention": {"succeeded_days": retention_settings().job_days[JobState.SUCCEEDED]},
+        "tables": [asdict(t) for t in table_sizes()],
         "dispatchers": [asdict(d) for d in dispatchers],
         "workers": [asdict(w) for w in worker_list(now=now)],
         "partitions": partition_owners(dispatchers=dispatchers),

@@ -63,3 +63,23 @@ def test_metrics_on_an_empty_database(viewer_api):
 
 def test_metrics_is_get_only(operator_api):
     assert operator_api.post("/metrics").status_code == 405
+
+
+def test_metrics_show_finished_jobs_rollup_lag_and_table_sizes(viewer_api, activity):
+    from django.db import connection
+
+    from tasksapp.retention.services import rollup_write
+
+    families = _families(viewer_api)
+    assert _value(families["tempo_jobs_finished_day"], state="succeeded") == 27
+    assert _value(families["tempo_table_bytes"], table="tasksapp_job", part="indexes") > 0
+    assert "tempo_table_dead_rows" in families
+    assert "nan" in str(_value(families["tempo_rollup_lag_seconds"])).lower()  # never rolled
+
+    rollup_write()  # rolls up what finished over 5 minutes ago; the rest stays rows
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT sum(jobs) FROM tasksapp_jobrollup WHERE span = 3600")
+        assert cursor.fetchone()[0] > 0
+    families = _families(viewer_api)
+    assert _value(families["tempo_jobs_finished_day"], state="succeeded") == 27  # the same
+    assert 299 <= _value(families["tempo_rollup_lag_seconds"]) < 360

@@ -355,3 +355,23 @@ def test_overview_warns_when_redis_is_unreachable(viewer_client, activity):
     assert "Redis is unreachable: dispatchers poll the database instead" in html
     data = viewer_client.get(reverse("dashboard:overview-data")).json()
     assert data["redis_warning"].startswith("Redis is unreachable")
+
+
+def test_overview_shows_table_and_index_sizes_and_the_history(viewer_client, activity):
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE tasksapp_job")
+        cursor.execute(
+            "SELECT pg_table_size('tasksapp_job'), pg_indexes_size('tasksapp_job'),"
+            " (SELECT reloptions FROM pg_class WHERE relname = 'tasksapp_job')"
+        )
+        table_bytes, index_bytes, options = cursor.fetchone()
+    assert "fillfactor=85" in options  # migration 0012's storage parameters
+    data = viewer_client.get(reverse("dashboard:overview-data")).json()
+    sizes = {t["table"]: t for t in data["tables"]}
+    assert sizes["tasksapp_job"]["table_bytes"] == table_bytes > 0
+    assert sizes["tasksapp_job"]["index_bytes"] == index_bytes > 0
+    assert sum(data["history"]["succeeded"]) == 27  # today's, read from the rows
+    html = viewer_client.get("/").content.decode()
+    assert 'id="table-sizes"' in html and "tasksapp_job" in html and 'id="history-chart"' in html
