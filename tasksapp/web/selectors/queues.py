@@ -42,6 +42,18 @@ class QueueRow:
     def unserved(self) -> bool:
         return not self.served and (self.due > 0 or self.active > 0)
 
+    @property
+    def limits(self) -> list[str]:
+        """The limits in words, for the page."""
+        words = []
+        if self.concurrency_limit is not None:
+            words.append(f"≤ {self.concurrency_limit} at once")
+        if self.key_concurrency_limit is not None:
+            words.append(f"≤ {self.key_concurrency_limit} per key")
+        if self.rate_limit is not None:
+            words.append(f"≤ {self.rate_limit} starts / {self.rate_period:g} s")
+        return words
+
 
 def _counts(jobs) -> dict[str, int]:
     return dict(jobs.values("queue").annotate(n=Count("id")).values_list("queue", "n"))
