@@ -143,6 +143,8 @@ class DispatcherLoop:
         self.record: Dispatcher | None = None
         self.rules = RoutingRules()
         self.degraded_reason = ""  # why only critical jobs are claimed now ("": all are)
+        self.backlog_since: float | None = None  # over DEGRADED_BACKLOG since (ms)
+        self.backlog_degraded_until: float | None = None
         self.source = self._due_source()
         self._reset_schedule()
 
@@ -397,7 +399,34 @@ class DispatcherLoop:
             return f"switched on by an operator: {self.rules.degraded}"
         if getattr(self.source, "mode", None) == MODE_UNREACHABLE:
             return "the Redis due index cannot be reached"
-        return ""
+        return self._backlog_degraded()
+
+    def _backlog_degraded(self) -> str:
+        """Over DEGRADED_BACKLOG due jobs held unclaimed for DEGRADED_AFTER_SECONDS: only
+        critical jobs are claimed for as long again; then every job is claimed again
+        (highest priority first), until the backlog has stayed over the threshold for
+        another such spell. A backlog that persists thus alternates between the two."""
+        threshold = self.settings.degraded_backlog
+        if threshold <= 0:
+            return ""
+        now, spell = self.now_ms(), self.settings.degraded_after_seconds * 1000
+        reason = (
+            f"more than {threshold} due jobs waited unclaimed for over "
+            f"{self.settings.degraded_after_seconds:g} s"
+        )
+        if self.backlog_degraded_until is not None:
+            if now < self.backlog_degraded_until:
+                return reason
+            self.backlog_degraded_until = self.backlog_since = None
+        if self.source.waiting() <= threshold:
+            self.backlog_since = None
+            return ""
+        if self.backlog_since is None:
+            self.backlog_since = now
+        if now - self.backlog_since < spell:
+            return ""
+        self.backlog_degraded_until = now + spell
+        return reason
 
     def _flush_counters(self) -> None:
         counts = {k: v for k, v in self.counters.items() if v}

@@ -182,3 +182,54 @@ def test_degraded_mode_claims_only_critical_jobs_then_resumes_by_priority(loop, 
     run_until(lambda: len(dispatcher.publisher.claims) == 3, dispatcher)
     assert [c[0] for c in dispatcher.publisher.claims] == [critical.id, high.id, low.id]
     assert Dispatcher.objects.get(name="d1").degraded_reason == ""
+
+
+class FullDefaultQueue(RecordingPublisher):
+    """The default queue's Celery queue is full (its workers cannot keep up); the other
+    queues have room."""
+
+    def backlog(self, queue=None) -> int:
+        return 10_000 if queue is None else 0
+
+
+def test_a_lasting_backlog_switches_degraded_mode_on_for_a_spell(loop, settings):
+    settings.TEMPO = {
+        **settings.TEMPO,
+        "COORDINATION_SECONDS": 0.1,
+        "DEGRADED_BACKLOG": 3,
+        "DEGRADED_AFTER_SECONDS": 0.5,
+    }
+    backlog = [due(priority=5) for _ in range(5)]  # held back: their queue is full
+    dispatcher = loop(FullDefaultQueue())
+    run_until(lambda: dispatcher.degraded_reason, dispatcher)
+    record = Dispatcher.objects.get(name="d1").degraded_reason
+    assert record == "more than 3 due jobs waited unclaimed for over 0.5 s"
+    low, critical = due(queue="urgent", priority=5), due(queue="urgent", priority=9)
+    run_until(lambda: dispatcher.publisher.claims, dispatcher)
+    assert [c[0] for c in dispatcher.publisher.claims] == [critical.id]
+    assert states(low) == [JobState.SCHEDULED] and dispatcher.degraded_reason
+    run_until(lambda: len(dispatcher.publisher.claims) == 2, dispatcher)  # the spell ends
+    assert dispatcher.publisher.claims[1][0] == low.id
+    assert states(*backlog) == [JobState.SCHEDULED] * 5  # their queue is still full
+
+
+def test_a_lost_redis_index_switches_degraded_mode_on(loop, settings):
+    """Redis mode with the index unreachable (nothing listens on its port): every shard
+    is polled from the database, and only critical jobs are claimed until it is back."""
+    settings.TEMPO = {
+        **settings.TEMPO,
+        "DISPATCH_MODE": "redis",
+        "INDEX_REDIS_URL": "redis://127.0.0.1:9/0",  # the discard port: refused
+        "COORDINATION_SECONDS": 0.1,
+        "INDEX_CHECK_SECONDS": 0.1,
+    }
+    low, critical = due(priority=5), due(priority=9)
+    dispatcher = loop()
+    run_until(lambda: dispatcher.publisher.claims, dispatcher)
+    for _ in range(10):
+        dispatcher.step(wait=True)
+    assert [c[0] for c in dispatcher.publisher.claims] == [critical.id]
+    assert states(low) == [JobState.SCHEDULED]
+    record = Dispatcher.objects.get(name="d1")
+    assert record.dispatch_mode == "redis-unreachable"
+    assert record.degraded_reason == "the Redis due index cannot be reached"

@@ -75,6 +75,9 @@ class DueSource(Protocol):
         """NOTIFY: an owned job is due at `run_at_ms` (inserted, rescheduled, retried,
         reaped), with its queue and priority, or no longer (None: cancelled)."""
 
+    def waiting(self) -> int:
+        """How many due jobs are held unclaimed now (backpressure, limits, pauses)."""
+
     def next_deadline(self) -> float:
         """When (database clock, ms) the source next has work: the loop waits until then
         at the latest."""

@@ -175,6 +175,9 @@ class DatabaseSource:
             self.ready.remove(job_id)  # rescheduled: it waits for its new run time
             self.wheel.add(job_id, run_at_ms - self.lead_ms)
 
+    def waiting(self) -> int:
+        return len(self.ready)
+
     def next_deadline(self) -> float:
         deadline = self.next_poll
         wheel_next = self.wheel.next_expiration()

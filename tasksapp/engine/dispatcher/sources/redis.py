@@ -125,6 +125,9 @@ class RedisIndexSource:
             self._lost_redis(exc)
         self._record_mode()
 
+    def waiting(self) -> int:
+        return self.database.waiting()  # the index's due members are claimed as taken
+
     def next_deadline(self) -> float:
         return min(self._index_deadline(), self.database.next_deadline())
 
