@@ -93,13 +93,14 @@ def job_claim_limited(
 ) -> LimitedClaim:
     """scheduled|failed → claimed for due ids of one limited queue, within its limits,
     which are counted in the database under the queue row's lock: however many
-    dispatchers claim at once, no limit is exceeded. A rate limit moves its state on by
-    the claims made (GCRA)."""
+    dispatchers claim at once, no limit is exceeded (one that finds the lock taken claims
+    nothing and holds every id). A rate limit moves its state on by the claims made
+    (GCRA)."""
     store = job_store()
     with transaction.atomic():
         limits = store.lock_queue(queue)
-        if limits is None:  # its row was removed: no limits now
-            return LimitedClaim(store.claim_due(ids=ids, owner=owner, ttl=ttl, lead=lead), [])
+        if limits is None:  # another dispatcher claims this queue now: all held, try again
+            return LimitedClaim([], list(ids))
         if limits.rate_limit is not None:
             room, _ = _rate_allowance(limits, room)
         claimed = store.claim_limited(

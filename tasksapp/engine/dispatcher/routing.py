@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from tasksapp.engine.models import JobQueue, RoutingMode
 from tasksapp.engine.options import DEFAULT_PRIORITY, DEFAULT_QUEUE, MAX_PRIORITY, MIN_PRIORITY
+from tasksapp.engine.ratelimit import BURST_SHARE
 
 LEVELS = range(MAX_PRIORITY, MIN_PRIORITY - 1, -1)  # highest first
 
@@ -50,7 +51,10 @@ class ReadyJobs:
         return job_id in self._route
 
     def queues(self) -> list[str]:
-        return [name for name, buckets in self._queues.items() if any(buckets)]
+        """The queues holding jobs, the one with the highest priority job first."""
+        held = [(name, buckets) for name, buckets in self._queues.items() if any(buckets)]
+        held.sort(key=lambda item: -max(level for level in LEVELS if item[1][level]))
+        return [name for name, _ in held]
 
     def count(self, queue: str, *, min_priority: int = MIN_PRIORITY) -> int:
         buckets = self._queues.get(queue, ())
@@ -111,11 +115,31 @@ class ReadyJobs:
         return -aged, run_at_ms
 
 
+MAX_CANDIDATES = 500  # the most due jobs of a limited queue offered to one claim
+
+
 @dataclass(frozen=True)
 class QueueRule:
     name: str
     paused: bool = False
     limited: bool = False  # a concurrency, per-key or rate limit: claimed by the counting claim
+    # How many of its due jobs to offer one claim: twice what its limits can let through
+    # at once (all MAX_CANDIDATES with a per-key limit: keys at their limit are skipped).
+    candidates: int = MAX_CANDIDATES
+    # A concurrency limit bounds its claims in flight, so its Celery queue cannot fill:
+    # the broker is not asked for the queue's backlog before each of its claims.
+    bounded: bool = False
+
+
+def candidates_for(queue: JobQueue) -> int:
+    if queue.key_concurrency_limit is not None:
+        return MAX_CANDIDATES
+    at_once = [MAX_CANDIDATES]
+    if queue.concurrency_limit is not None:
+        at_once.append(queue.concurrency_limit)
+    if queue.rate_limit is not None:
+        at_once.append(max(1, queue.rate_limit // BURST_SHARE))
+    return max(1, min(MAX_CANDIDATES, 2 * min(at_once)))
 
 
 @dataclass(frozen=True)
@@ -134,11 +158,25 @@ class RoutingRules:
         rule = self.queues.get(queue)
         return rule is not None and rule.limited
 
+    def bounded(self, queue: str) -> bool:
+        rule = self.queues.get(queue)
+        return rule is not None and rule.bounded
+
+    def candidates(self, queue: str) -> int:
+        rule = self.queues.get(queue)
+        return rule.candidates if rule is not None else MAX_CANDIDATES
+
 
 def routing_rules_read() -> RoutingRules:
     """The queues' settings and the routing mode as stored now (two small tables)."""
     queues = {
-        row.name: QueueRule(row.name, paused=row.paused, limited=row.limited)
+        row.name: QueueRule(
+            row.name,
+            paused=row.paused,
+            limited=row.limited,
+            candidates=candidates_for(row),
+            bounded=row.concurrency_limit is not None,
+        )
         for row in JobQueue.objects.all()
     }
     mode = RoutingMode.objects.filter(id=1).first()

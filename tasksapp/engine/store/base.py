@@ -40,7 +40,8 @@ class JobStore(Protocol):
 
     def lock_queue(self, queue: str) -> rows.QueueLimits | None:
         """Lock a queue's row until the transaction ends (claims of a limited queue are
-        serialised by it) and read its limits; None if it has no row."""
+        serialised by it) and read its limits; None if another session holds the lock
+        (or the queue has no row)."""
         ...
 
     def claim_limited(

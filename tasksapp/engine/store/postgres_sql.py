@@ -77,14 +77,16 @@ RETURNING j.id, j.lease_token AS token,
 # --- limited queues ----------------------------------------------------------------------
 # A limited queue's claims are serialised by its row's lock, taken in a statement of its
 # own: the claim that follows (READ COMMITTED) then sees every claim another dispatcher
-# committed before it, so the count of claimed and running jobs is exact.
+# committed before it, so the count of claimed and running jobs is exact. A dispatcher
+# never waits for the lock (its other queues' jobs would wait with it): while another
+# one claims the queue, it finds no row and tries again a moment later.
 QUEUE_TABLE = "tasksapp_jobqueue"
 
 LOCK_QUEUE = f"""
 SELECT concurrency_limit, key_concurrency_limit, rate_limit, rate_period,
        (extract(epoch FROM rate_tat) * 1000)::float8 AS rate_tat_ms, {CLOCK_MS} AS now_ms
 FROM {QUEUE_TABLE} WHERE name = %(queue)s
-FOR UPDATE
+FOR UPDATE SKIP LOCKED
 """
 
 # Of the ids asked for, the due jobs of the queue are the candidates; a candidate whose

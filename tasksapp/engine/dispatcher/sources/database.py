@@ -22,10 +22,11 @@ from tasksapp.engine.dispatcher.wheel import TimingWheel
 from tasksapp.engine.transitions import DueJob, job_poll_due
 
 MODE_DATABASE = "database"
-# A limited queue's claim is offered at most this many of its due jobs at a time, and
-# looks again this soon while its limits hold some back (a slot frees when a job ends).
-LIMITED_CANDIDATES = 500
+# A limited queue's claim looks again this soon while its limits hold some jobs back (a
+# slot frees when a job ends); later if it claimed none (the queue is full, or another
+# dispatcher is claiming it), so a full queue costs its dispatchers little.
 LIMITED_RETRY_MS = 20
+LIMITED_FULL_RETRY_MS = 50
 
 
 class DatabaseSource:
@@ -133,30 +134,38 @@ class DatabaseSource:
             return
         rules, min_priority = self.context.rules(), self.context.min_priority()
         for queue in self.ready.queues():
-            if not rules.paused(queue):
-                self._dispatch_queue(queue, limited=rules.limited(queue), min_priority=min_priority)
+            if rules.paused(queue):
+                continue
+            limited = rules.candidates(queue) if rules.limited(queue) else None
+            self._dispatch_queue(queue, limited=limited, min_priority=min_priority)
 
-    def _dispatch_queue(self, queue: str, *, limited: bool, min_priority: int) -> None:
+    def _dispatch_queue(self, queue: str, *, limited: int | None, min_priority: int) -> None:
         """Claim what the queue has room for, best first; plan when to look again at what
         is left (a paused queue, or jobs below the critical priority, wait for a NOTIFY
-        that the routing changed)."""
+        that the routing changed). `limited`: how many jobs a limited queue's claim is
+        offered (None: the queue has no limits)."""
         waiting = self.ready.count(queue, min_priority=min_priority)
         if not waiting:
             return
-        room = self.context.room_for(waiting, queue)
-        if limited:
-            room = min(room, LIMITED_CANDIDATES)
+        if limited is not None and self.context.rules().bounded(queue):
+            room = min(waiting, limited)
+        else:
+            room = self.context.room_for(waiting, queue)
+        if limited is not None:
+            room = min(room, limited)
         if room > 0:
             now = self.context.now_ms()
             due = self.ready.first(queue, room, now_ms=now, min_priority=min_priority)
-            outcome = self.context.claim_and_publish(due, queue if limited else None)
+            outcome = self.context.claim_and_publish(due, None if limited is None else queue)
             held = set(outcome.held)
             for job_id in due:
                 if job_id not in held:
                     self.ready.remove(job_id)
                     self.routes.pop(job_id, None)
             if held:
-                self._retry_at(outcome.retry_at_ms or now + LIMITED_RETRY_MS)
+                full = len(held) == len(due)
+                pause = LIMITED_FULL_RETRY_MS if full else LIMITED_RETRY_MS
+                self._retry_at(outcome.retry_at_ms or now + pause)
                 return
             if room >= waiting:
                 return
