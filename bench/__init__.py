@@ -7,7 +7,7 @@ import os
 os.environ.setdefault(
     "TEMPO_HANDLER_MODULES",
     "tasksapp.demo.handlers,tasksapp.recurring.handlers,"
-    "tests.handlers.recording,bench.practice.handlers",
+    "tests.handlers.recording,bench.practice.handlers,bench.routing.handlers",
 )
 
 # A key the settings accept outside DEBUG (50+ characters, not a published one); benches

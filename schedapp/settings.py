@@ -369,6 +369,14 @@ TEMPO = {
     "MAX_PAYLOAD_BYTES": env.int("TEMPO_MAX_PAYLOAD_BYTES", default=1_048_576),
     "MAX_RESULT_BYTES": env.int("TEMPO_MAX_RESULT_BYTES", default=1_048_576),
     "MAX_JSON_DEPTH": env.int("TEMPO_MAX_JSON_DEPTH", default=32),
+    # Routing (docs/ROUTING.md). A due job waiting to be claimed rises one priority level
+    # for every this many seconds past its run time, so the lowest level never starves.
+    "PRIORITY_AGING_SECONDS": env.float("TEMPO_PRIORITY_AGING_SECONDS", default=60.0),
+    # Degraded mode switches itself on in a dispatcher holding more than this many due,
+    # unclaimed jobs for longer than DEGRADED_AFTER_SECONDS (0: never): only jobs at or
+    # above the critical priority are claimed until the backlog is below it again.
+    "DEGRADED_BACKLOG": env.int("TEMPO_DEGRADED_BACKLOG", default=0),
+    "DEGRADED_AFTER_SECONDS": env.float("TEMPO_DEGRADED_AFTER_SECONDS", default=30.0),
 }
 TEMPO["INDEX_PREFIX"] = TEMPO["INDEX_PREFIX"] or f"{TEMPO['QUEUE']}:"
 

@@ -43,9 +43,11 @@ class RecordingPublisher:
 
     def __init__(self) -> None:
         self.batches: list[list[list[int]]] = []
+        self.queues: list[str | None] = []  # each batch's Celery queue (None: the default)
 
-    def __call__(self, batches):
+    def __call__(self, batches, queue=None):
         self.batches.extend(batches)
+        self.queues.extend([queue] * len(batches))
 
     @property
     def claims(self) -> list[list[int]]:

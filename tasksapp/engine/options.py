@@ -9,6 +9,7 @@ own error type (or form/field error) with the message unchanged.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -16,16 +17,27 @@ from tasksapp.engine.handlers import HandlerError, resolve_handler
 from tasksapp.engine.jsonvalues import JsonValueError, checked_json
 from tasksapp.engine.models import Delivery
 from tasksapp.engine.retry import RetryPolicyError, validate_policy
-from tasksapp.engine.settings import tempo_settings
+from tasksapp.engine.settings import DEFAULT_QUEUE, tempo_settings
 
 ERR_PAYLOAD_JSON = "payload must be JSON-serialisable: {reason}"
 ERR_MAX_ATTEMPTS = "max_attempts must be an integer between 1 and 1000."
 ERR_DELIVERY = "delivery must be one of: {choices}."
 ERR_TIME_LIMIT = "time_limit must be a positive number of seconds."
 ERR_KEY = "idempotency_key must be a non-empty string of at most 200 characters."
+ERR_QUEUE = (
+    "queue must be 1-64 characters: lower-case letters, digits, '_' and '-', starting with"
+    " a letter or digit."
+)
+ERR_PRIORITY = "priority must be an integer from 0 (lowest) to 9 (highest), or one of: {names}."
+ERR_CONCURRENCY_KEY = "concurrency_key must be a string of at most 200 characters."
 
 MAX_ATTEMPTS = 1000
 MAX_KEY_LENGTH = 200
+QUEUE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+# Priorities: 0 lowest, 9 highest; named levels are stored as their numbers.
+MIN_PRIORITY, MAX_PRIORITY = 0, 9
+PRIORITY_LEVELS = {"low": 2, "normal": 5, "high": 7, "critical": 9}
+DEFAULT_PRIORITY = PRIORITY_LEVELS["normal"]
 
 
 class JobOptionsError(ValueError):
@@ -105,15 +117,47 @@ def _validated_time_limit(time_limit: Any) -> float | None:
     return time_limit
 
 
+def validated_queue(queue: Any) -> str:
+    """A queue name: it also names the Celery queue (no dots, so `<prefix>.<queue>` reads
+    back) and travels in NOTIFY payloads (no colons)."""
+    if not isinstance(queue, str) or not QUEUE_NAME.fullmatch(queue):
+        raise JobOptionsError("queue", ERR_QUEUE)
+    return queue
+
+
+def validated_priority(priority: Any) -> int:
+    """0-9, or a named level (low 2, normal 5, high 7, critical 9)."""
+    if isinstance(priority, str) and priority in PRIORITY_LEVELS:
+        return PRIORITY_LEVELS[priority]
+    whole = isinstance(priority, int) and not isinstance(priority, bool)
+    if not whole or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        names = ", ".join(PRIORITY_LEVELS)
+        raise JobOptionsError("priority", ERR_PRIORITY.format(names=names))
+    return priority
+
+
+def _validated_concurrency_key(key: Any) -> str:
+    if key is None:
+        return ""
+    if not isinstance(key, str) or len(key) > MAX_KEY_LENGTH:
+        raise JobOptionsError("concurrency_key", ERR_CONCURRENCY_KEY)
+    return key
+
+
 @dataclass(frozen=True)
 class JobOptions:
-    """How a job runs: attempts, delays between them, delivery mode, time limit. Build it
-    with ``validated``; ``retry_policy`` is then normalised."""
+    """How a job runs: attempts, delays between them, delivery mode, time limit, and where
+    it is routed: its queue, its priority and the key its queue's per-key concurrency
+    limit counts ("" for none). Build it with ``validated``; ``retry_policy`` is then
+    normalised."""
 
     max_attempts: int
     retry_policy: dict[str, Any]
     delivery: str
     time_limit: float | None
+    queue: str = DEFAULT_QUEUE
+    priority: int = DEFAULT_PRIORITY
+    concurrency_key: str = ""
 
     @classmethod
     def validated(
@@ -123,6 +167,9 @@ class JobOptions:
         retry_policy: Any = None,
         delivery: Any = Delivery.TRANSACTIONAL,
         time_limit: Any = None,
+        queue: Any = DEFAULT_QUEUE,
+        priority: Any = DEFAULT_PRIORITY,
+        concurrency_key: Any = "",
     ) -> JobOptions:
         """The options, or JobOptionsError for the first invalid one (the retry policy is
         checked first, as the services always have)."""
@@ -132,6 +179,9 @@ class JobOptions:
             retry_policy=policy,
             delivery=_validated_delivery(delivery),
             time_limit=_validated_time_limit(time_limit),
+            queue=validated_queue(queue),
+            priority=validated_priority(priority),
+            concurrency_key=_validated_concurrency_key(concurrency_key),
         )
 
     def as_fields(self) -> dict[str, Any]:

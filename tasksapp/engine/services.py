@@ -11,6 +11,8 @@ from django.utils import timezone
 from tasksapp.engine.models import Delivery, Job, JobState
 from tasksapp.engine.models.jobs import DUE_STATES, LEASED_STATES, new_idempotency_key
 from tasksapp.engine.options import (
+    DEFAULT_PRIORITY,
+    DEFAULT_QUEUE,
     JobOptions,
     JobOptionsError,
     validated_handler,
@@ -47,7 +49,17 @@ RUN_AT_FUTURE_YEARS = 10
 RUN_AT_FUTURE = dt.timedelta(days=365 * RUN_AT_FUTURE_YEARS + 3)
 # What makes two jobs the same job, when one key names both (run_at excepted: callers
 # compute it from the clock, so a repeated request carries a slightly different one).
-IDENTITY_FIELDS = ("handler", "payload", "delivery", "max_attempts", "retry_policy", "time_limit")
+IDENTITY_FIELDS = (
+    "handler",
+    "payload",
+    "delivery",
+    "max_attempts",
+    "retry_policy",
+    "time_limit",
+    "queue",
+    "priority",
+    "concurrency_key",
+)
 
 
 class JobInputError(ValueError):
@@ -91,11 +103,15 @@ def job_schedule(
     retry_policy: dict | None = None,
     delivery: str = Delivery.TRANSACTIONAL,
     time_limit: float | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int | str = DEFAULT_PRIORITY,
+    concurrency_key: str = "",
 ) -> Job:
     """Store a job to run `handler(context)` at `run_at`, exactly once.
 
     Scheduling the same idempotency key again returns the existing job unchanged; with
-    other parameters (handler, payload, options) it raises IdempotencyConflict.
+    other parameters (handler, payload, options) it raises IdempotencyConflict. `queue`,
+    `priority` (0-9 or a level name) and `concurrency_key` route it (docs/ROUTING.md).
     """
     job, _ = job_schedule_or_get(
         handler=handler,
@@ -106,6 +122,9 @@ def job_schedule(
         retry_policy=retry_policy,
         delivery=delivery,
         time_limit=time_limit,
+        queue=queue,
+        priority=priority,
+        concurrency_key=concurrency_key,
     )
     return job
 
@@ -120,6 +139,9 @@ def job_schedule_or_get(
     retry_policy: dict | None = None,
     delivery: str = Delivery.TRANSACTIONAL,
     time_limit: float | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int | str = DEFAULT_PRIORITY,
+    concurrency_key: str = "",
 ) -> tuple[Job, bool]:
     """job_schedule, telling whether this call stored the job (True) or found it stored
     under its key (False). Of callers racing with one key exactly one gets True: the
@@ -131,21 +153,20 @@ def job_schedule_or_get(
             retry_policy=retry_policy,
             delivery=delivery,
             time_limit=time_limit,
+            queue=queue,
+            priority=priority,
+            concurrency_key=concurrency_key,
         )
         run_at = _validated_run_at(run_at)
         payload = validated_payload(payload)
         validated_idempotency_key(idempotency_key)
     except JobOptionsError as exc:
         raise JobInputError(str(exc)) from exc
-    policy = options.retry_policy
     job = NewJob(
         handler=handler,
         run_at=run_at,
         payload=payload,
-        max_attempts=max_attempts,
-        retry_policy=policy,
-        delivery=delivery,
-        time_limit=time_limit,
+        **options.as_fields(),
         idempotency_key=new_idempotency_key() if idempotency_key is None else idempotency_key,
     )
     inserted = job_store().insert_jobs([job])

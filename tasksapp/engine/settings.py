@@ -18,6 +18,7 @@ from tasksapp.engine import sql
 
 DISPATCH_MODES = ("database", "redis")
 DB_POOLERS = ("", "transaction")
+DEFAULT_QUEUE = "default"  # the queue of a job that names none (tasksapp.engine.options)
 _TYPES = {"bool": bool, "float": float, "int": int, "str": str}
 
 
@@ -55,6 +56,9 @@ class TempoSettings:
     max_payload_bytes: int
     max_result_bytes: int
     max_json_depth: int
+    priority_aging_seconds: float
+    degraded_backlog: int
+    degraded_after_seconds: float
 
     def __post_init__(self) -> None:
         if not self.default_time_limit_seconds > 0:
@@ -72,6 +76,18 @@ class TempoSettings:
             raise ValueError(
                 f"TEMPO_DISPATCH_MODE must be database or redis, not {self.dispatch_mode!r}"
             )
+
+    def celery_queue(self, queue: str) -> str:
+        """The Celery queue of a Tempo queue: `QUEUE` itself for the default queue,
+        `QUEUE.<name>` for the others (workers subscribe with -Q)."""
+        return self.queue if queue == DEFAULT_QUEUE else f"{self.queue}.{queue}"
+
+    def tempo_queue(self, celery_queue: str) -> str | None:
+        """The Tempo queue a Celery queue serves, or None if it is none of ours."""
+        if celery_queue == self.queue:
+            return DEFAULT_QUEUE
+        prefix = f"{self.queue}."
+        return celery_queue[len(prefix) :] if celery_queue.startswith(prefix) else None
 
     @classmethod
     def load(cls) -> TempoSettings:

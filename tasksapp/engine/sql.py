@@ -5,6 +5,7 @@ own statements belong to the job store (tasksapp.engine.store.postgres).
 
 JOB_TABLE = "tasksapp_job"
 NOTIFY_CHANNEL = "tempo_jobs"
+ROUTING_CHANGED = "routing"  # a NOTIFY payload: a queue's settings or the routing mode changed
 # Jobs inserted or re-scheduled to run within this window are announced by NOTIFY;
 # a dispatcher's lookahead must not exceed it.
 NOTIFY_WINDOW_SECONDS = 900

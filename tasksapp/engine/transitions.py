@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from django.db import transaction
+
 from tasksapp.engine.models import JobState
+from tasksapp.engine.ratelimit import gcra_allowance, gcra_next_start_ms
 from tasksapp.engine.store import job_store
 from tasksapp.engine.store.rows import (
     Claim,
@@ -21,6 +25,7 @@ from tasksapp.engine.store.rows import (
     DueJob,
     FailedAttempt,
     PollWindow,
+    QueueLimits,
     Renewed,
     StartedJob,
 )
@@ -34,7 +39,9 @@ __all__ = [
     "StartedJob",
     "database_time",
     "job_cancel_running",
+    "LimitedClaim",
     "job_claim_due",
+    "job_claim_limited",
     "job_fail",
     "job_poll_due",
     "job_reap_expired",
@@ -71,6 +78,56 @@ def job_claim_due(*, ids: Sequence[int], owner: str, ttl: float, lead: float = 1
     if not ids:
         return []
     return job_store().claim_due(ids=ids, owner=owner, ttl=ttl, lead=lead)
+
+
+@dataclass(frozen=True)
+class LimitedClaim:
+    """A limited queue's claim: the claims won, the ids still due but held back by a
+    limit, and when its rate limit lets the next job start (database ms; None: no rate
+    limit holds it back now)."""
+
+    claims: list[Claim]
+    held: list[int]
+    next_start_ms: float | None = None
+
+
+def job_claim_limited(
+    *, queue: str, ids: Sequence[int], owner: str, ttl: float, room: int, lead: float = 1.0
+) -> LimitedClaim:
+    """scheduled|failed → claimed for due ids of one limited queue, within its limits,
+    which are counted in the database under the queue row's lock: however many
+    dispatchers claim at once, no limit is exceeded (one that finds the lock taken claims
+    nothing and holds every id). A rate limit moves its state on by the claims made
+    (GCRA)."""
+    store = job_store()
+    with transaction.atomic():
+        limits = store.lock_queue(queue)
+        if limits is None:  # another dispatcher claims this queue now: all held, try again
+            return LimitedClaim([], list(ids))
+        if limits.rate_limit is not None:
+            room, _ = _rate_allowance(limits, room)
+        claimed = store.claim_limited(
+            queue=queue, ids=ids, owner=owner, ttl=ttl, lead=lead, room=room, limits=limits
+        )
+        if limits.rate_limit is None:
+            return LimitedClaim(claimed.claims, claimed.held)
+        _, tat_ms = _rate_allowance(limits, len(claimed.claims))
+        if claimed.claims:
+            store.set_rate_tat(queue, tat_ms)
+    next_start = gcra_next_start_ms(
+        tat_ms=tat_ms, limit=limits.rate_limit, period_ms=limits.rate_period * 1000
+    )
+    return LimitedClaim(claimed.claims, claimed.held, next_start)
+
+
+def _rate_allowance(limits: QueueLimits, wanted: int) -> tuple[int, float]:
+    return gcra_allowance(
+        tat_ms=limits.rate_tat_ms,
+        now_ms=limits.now_ms,
+        limit=limits.rate_limit,
+        period_ms=limits.rate_period * 1000,
+        wanted=wanted,
+    )
 
 
 def job_reap_expired(*, partitions: int, owned: Sequence[int]) -> tuple[int, int | None]:

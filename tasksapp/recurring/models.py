@@ -65,6 +65,14 @@ class RecurringTask(models.Model):
     retry_policy = models.JSONField(default=dict, blank=True)
     delivery = models.CharField(max_length=16, choices=Delivery, default=Delivery.TRANSACTIONAL)
     time_limit = models.FloatField(null=True, blank=True, help_text="Seconds per attempt.")
+    queue = models.CharField(max_length=64, default="default")
+    priority = models.SmallIntegerField(default=5)
+    concurrency_key = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        help_text="Counted by the queue's per-key limit; {member} becomes the member's id.",
+    )
 
     epoch = models.DateTimeField(help_text="When period `first_period` starts.")
     first_period = models.BigIntegerField(default=0)

@@ -17,14 +17,24 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 
 from tasksapp.engine.handlers import registry as handler_registry
-from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, WorkerProcess
+from tasksapp.engine.models import (
+    Dispatcher,
+    DispatcherCounter,
+    Job,
+    JobQueue,
+    RoutingMode,
+    WorkerProcess,
+)
 from tasksapp.engine.options import (
+    DEFAULT_PRIORITY,
+    DEFAULT_QUEUE,
     JOB_OPTION_FIELDS,
     JobOptions,
     JobOptionsError,
     validated_handler,
     validated_payload,
 )
+from tasksapp.engine.queues import queue_configure, routing_degrade
 from tasksapp.engine.services import JobInputError, job_schedule
 from tasksapp.recurring.models import FreeOrdinal, Member, RecurringTask, SlicePlan
 from tasksapp.recurring.services import (
@@ -49,8 +59,13 @@ from tasksapp.web.operators import (
     member_deactivate_audited,
     operator_action_record,
     operator_refusal_record,
+    queue_configure_audited,
+    queue_pause_audited,
+    queue_resume_audited,
     recurring_task_pause_audited,
     recurring_task_resume_audited,
+    routing_degrade_audited,
+    routing_restore_audited,
 )
 
 VIA = OperatorAction.Via.ADMIN
@@ -82,6 +97,8 @@ AUDIT_TARGETS = {
     "member": "member",
     "recurringtask": "recurring_task",
     "apitoken": "api_token",
+    "jobqueue": "queue",
+    "routingmode": "routing",
 }
 REFUSED_SELECTION_MAX = 100
 
@@ -180,6 +197,10 @@ def _pk(obj) -> int:
     return obj.pk
 
 
+def _name(obj) -> str:
+    return obj.name
+
+
 def _same(obj):
     return obj
 
@@ -201,7 +222,23 @@ class _DryRun(Exception):
     pass
 
 
-class JobScheduleForm(forms.ModelForm):
+class RoutingDefaults:
+    """A job option form's queue and priority may be left empty: the defaults then."""
+
+    def _routing_optional(self) -> None:
+        for name in ("queue", "priority"):
+            if name in self.fields:
+                self.fields[name].required = False
+
+    def clean_queue(self) -> str:
+        return self.cleaned_data.get("queue") or DEFAULT_QUEUE
+
+    def clean_priority(self) -> int:
+        priority = self.cleaned_data.get("priority")
+        return DEFAULT_PRIORITY if priority is None else priority
+
+
+class JobScheduleForm(RoutingDefaults, forms.ModelForm):
     """A new job, stored by job_schedule: the handler is chosen among the registered ones
     and every option is checked by the service, whose message shows on the form."""
 
@@ -213,6 +250,7 @@ class JobScheduleForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self._routing_optional()
         if self.instance.pk is not None:  # a stored job's page shows every field read-only
             self.fields.pop("handler", None)
             return
@@ -351,7 +389,7 @@ class MemberAdmin(OperateMixin, admin.ModelAdmin):
     )
 
 
-class RecurringTaskForm(forms.ModelForm):
+class RecurringTaskForm(RoutingDefaults, forms.ModelForm):
     """Saved through recurring_task_create / _update. `clean` shows a bad job option on its
     field, with the engine's message; then it runs the service once in a transaction it
     rolls back, so the service's refusal of the schedule shows as a form error."""
@@ -373,6 +411,7 @@ class RecurringTaskForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self._routing_optional()
         if "handler" in self.fields:
             self.fields["handler"].choices = [(name, name) for name in handler_registry]
 
@@ -457,6 +496,132 @@ class RecurringTaskAdmin(OperateMixin, admin.ModelAdmin):
         "{count} task(s) resumed.",
         task_id=_pk,
     )
+
+
+class JobQueueForm(forms.ModelForm):
+    """Saved through queue_configure (audited); its refusal shows on the form."""
+
+    class Meta:
+        model = JobQueue
+        fields = [
+            "name",
+            "paused",
+            "concurrency_limit",
+            "key_concurrency_limit",
+            "rate_limit",
+            "rate_period",
+        ]
+
+    def settings(self) -> dict[str, Any]:
+        """The settings as queue_configure takes them (a stored queue's name is read-only)."""
+        settings = {k: v for k, v in self.cleaned_data.items() if k in self.Meta.fields}
+        settings.setdefault("name", self.instance.name)
+        return settings
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
+        try:
+            with transaction.atomic():  # the service's own checks, nothing kept
+                queue_configure(**self.settings())
+                raise _DryRun
+        except _DryRun:
+            pass
+        except JobInputError as exc:
+            raise ValidationError(str(exc)) from exc
+        return cleaned
+
+
+@admin.register(JobQueue)
+class JobQueueAdmin(OperateMixin, admin.ModelAdmin):
+    """Queues: pause, resume and limits, each change through the audited service."""
+
+    form = JobQueueForm
+    list_display = [
+        "name",
+        "paused",
+        "concurrency_limit",
+        "key_concurrency_limit",
+        "rate_limit",
+        "rate_period",
+        "updated_at",
+    ]
+    actions = ["pause_queues", "resume_queues"]
+
+    def has_add_permission(self, request) -> bool:
+        return self.has_operate_permission(request)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return self.has_operate_permission(request)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False  # a queue without settings is an unlimited, running queue: clear them
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["name"] if obj is not None else []
+
+    def save_model(self, request, obj, form, change):
+        queue = queue_configure_audited(user=request.user, via=VIA, **form.settings())
+        obj.pk = queue.pk
+
+    pause_queues = _operator_action(
+        queue_pause_audited, "Pause selected queues", "{count} queue(s) paused.", name=_name
+    )
+    resume_queues = _operator_action(
+        queue_resume_audited, "Resume selected queues", "{count} queue(s) resumed.", name=_name
+    )
+
+
+class RoutingModeForm(forms.ModelForm):
+    class Meta:
+        model = RoutingMode
+        fields = ["degraded", "reason", "critical_priority"]
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.errors or not cleaned.get("degraded"):
+            return cleaned
+        try:
+            with transaction.atomic():  # the service's own checks, nothing kept
+                routing_degrade(
+                    reason=cleaned["reason"], critical_priority=cleaned["critical_priority"]
+                )
+                raise _DryRun
+        except _DryRun:
+            pass
+        except JobInputError as exc:
+            raise ValidationError(str(exc)) from exc
+        return cleaned
+
+
+@admin.register(RoutingMode)
+class RoutingModeAdmin(OperateMixin, admin.ModelAdmin):
+    """The routing mode's one row: degraded on or off, through the audited services."""
+
+    form = RoutingModeForm
+    list_display = ["id", "degraded", "reason", "critical_priority", "changed_at"]
+    fields = ["degraded", "reason", "critical_priority"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return self.has_operate_permission(request)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def save_model(self, request, obj, form, change):
+        if obj.degraded:
+            routing_degrade_audited(
+                user=request.user,
+                via=VIA,
+                reason=obj.reason,
+                critical_priority=obj.critical_priority,
+            )
+        else:
+            routing_restore_audited(user=request.user, via=VIA)
 
 
 @admin.register(SlicePlan)

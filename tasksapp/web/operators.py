@@ -22,7 +22,9 @@ from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 from django.views.decorators.debug import sensitive_variables
 
-from tasksapp.engine.models import Job
+from tasksapp.engine.models import Job, JobQueue, RoutingMode
+from tasksapp.engine.options import MAX_PRIORITY
+from tasksapp.engine.queues import queue_configure, routing_degrade, routing_restore
 from tasksapp.engine.services import JobInputError, job_cancel, job_retry, job_run_now
 from tasksapp.graphs.models import GraphRun
 from tasksapp.graphs.selectors import graph_run_id_for_job
@@ -52,6 +54,8 @@ _MODELS = [
     "freeordinal",
     "operatoraction",
     "apitoken",
+    "jobqueue",
+    "routingmode",
 ]
 # Viewers see everything; operators may also act. Superusers have every permission.
 ROLES = {
@@ -291,6 +295,80 @@ def api_token_revoke_audited(*, user: Any, token_id: Any, via: str) -> ApiToken:
     return token
 
 
+def _queue_settings(queue: JobQueue | None) -> dict[str, Any]:
+    if queue is None:
+        return {}
+    fields = ("paused", "concurrency_limit", "key_concurrency_limit", "rate_limit", "rate_period")
+    return {field: getattr(queue, field) for field in fields}
+
+
+def queue_configure_audited(
+    *, user: Any, name: Any, via: str, action: str = "queue_configure", **settings: Any
+) -> JobQueue:
+    """Change a queue's settings (queue_configure: pause, resume, limits), recorded with
+    the settings before and after."""
+    _require_operator(user)
+    with transaction.atomic():
+        before = _queue_settings(JobQueue.objects.filter(name=name).first())
+        queue = queue_configure(name=name, **settings)
+        operator_action_record(
+            user=user,
+            via=via,
+            action=action,
+            target_type="queue",
+            target_id=queue.name,
+            details={"before": before, "after": _queue_settings(queue)},
+        )
+    return queue
+
+
+def queue_pause_audited(*, user: Any, name: Any, via: str) -> JobQueue:
+    """Dispatchers stop claiming the queue (running jobs finish), recorded."""
+    return queue_configure_audited(user=user, name=name, via=via, action="queue_pause", paused=True)
+
+
+def queue_resume_audited(*, user: Any, name: Any, via: str) -> JobQueue:
+    """Dispatchers claim the queue again, recorded."""
+    return queue_configure_audited(
+        user=user, name=name, via=via, action="queue_resume", paused=False
+    )
+
+
+def routing_degrade_audited(
+    *, user: Any, via: str, reason: Any, critical_priority: Any = MAX_PRIORITY
+) -> RoutingMode:
+    """Degraded mode on (only critical jobs are claimed), recorded."""
+    _require_operator(user)
+    with transaction.atomic():
+        mode = routing_degrade(reason=reason, critical_priority=critical_priority)
+        operator_action_record(
+            user=user,
+            via=via,
+            action="degrade",
+            target_type="routing",
+            target_id="mode",
+            details={"reason": mode.reason, "critical_priority": mode.critical_priority},
+        )
+    return mode
+
+
+def routing_restore_audited(*, user: Any, via: str) -> RoutingMode:
+    """Degraded mode off (the rest is claimed again, highest priority first), recorded."""
+    _require_operator(user)
+    with transaction.atomic():
+        was = RoutingMode.objects.filter(id=1).values_list("reason", flat=True).first()
+        mode = routing_restore()
+        operator_action_record(
+            user=user,
+            via=via,
+            action="restore",
+            target_type="routing",
+            target_id="mode",
+            details={"reason_before": was or ""},
+        )
+    return mode
+
+
 # The action each audited service records: entry points name refused attempts the same.
 SERVICE_ACTIONS = {
     job_cancel_audited: "cancel",
@@ -303,4 +381,9 @@ SERVICE_ACTIONS = {
     member_activate_audited: "activate",
     api_token_create_audited: "token_create",
     api_token_revoke_audited: "token_revoke",
+    queue_configure_audited: "queue_configure",
+    queue_pause_audited: "queue_pause",
+    queue_resume_audited: "queue_resume",
+    routing_degrade_audited: "degrade",
+    routing_restore_audited: "restore",
 }

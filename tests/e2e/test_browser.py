@@ -359,3 +359,37 @@ def test_graph_drawn_as_a_dag_refreshes_live_and_is_listed(browser, live_server,
     rows = browser.find_elements(By.CSS_SELECTOR, "#graphs tr[data-state]")
     assert [row.get_attribute("data-state") for row in rows] == ["succeeded"]
     shots(browser, "12-graph-runs")
+
+
+def test_queues_page_pause_and_degraded_mode(browser, live_server, operator, shots):
+    """An unserved queue stands out; an operator pauses a queue and switches degraded mode
+    on from the page, which then says why only critical work runs."""
+    from selenium.webdriver.common.by import By
+
+    from tasksapp.engine.queues import queue_configure
+
+    past = timezone.now() - dt.timedelta(seconds=20)
+    for queue, count in (("default", 3), ("billing", 12), ("reports", 40)):
+        for _ in range(count):
+            make_job(queue=queue, run_at=past)
+    WorkerProcess.objects.create(
+        name="w1", hostname="h1", pid=21, queues=["billing", "default"], running=2
+    )
+    queue_configure(name="billing", concurrency_limit=20, key_concurrency_limit=1)
+    queue_configure(name="partner-api", rate_limit=200, rate_period=1)
+    login(browser, live_server, "otto")
+    browser.get(f"{live_server.url}/queues/")
+    reports = browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="reports"]')
+    assert "no worker" in reports.text
+    billing = browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="billing"]')
+    billing.find_element(By.TAG_NAME, "button").click()
+    wait(browser, lambda d: "Queue billing paused" in d.page_source)
+    browser.find_element(By.ID, "degrade-reason").send_keys("billing database failover")
+    browser.find_element(By.ID, "routing-degrade").click()
+    banner = wait(browser, lambda d: d.find_elements(By.ID, "degraded-banner"))[0]
+    assert "only jobs of priority 9 or above are claimed" in banner.text
+    assert "billing database failover" in banner.text
+    assert "paused" in browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="billing"]').text
+    shots(browser, "10-queues")
+    actions = list(OperatorAction.objects.order_by("id").values_list("action", flat=True))
+    assert actions == ["queue_pause", "degrade"]

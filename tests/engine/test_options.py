@@ -12,10 +12,13 @@ import pytest
 
 from tasksapp.engine.handlers import ERR_HANDLER_PATH
 from tasksapp.engine.options import (
+    ERR_CONCURRENCY_KEY,
     ERR_DELIVERY,
     ERR_KEY,
     ERR_MAX_ATTEMPTS,
     ERR_PAYLOAD_JSON,
+    ERR_PRIORITY,
+    ERR_QUEUE,
     ERR_TIME_LIMIT,
     JobOptions,
     JobOptionsError,
@@ -29,6 +32,7 @@ from tasksapp.engine.retry import DEFAULT_POLICY, ERR_POLICY_DELAYS, ERR_POLICY_
 HANDLER = "tests.handlers.recording.record"
 UNREGISTERED = "tests.handlers.recording.NOT_CALLABLE"
 DELIVERIES = "transactional, at_least_once, at_most_once"
+PRIORITY_NAMES = "low, normal, high, critical"
 
 
 def _json_reason(value) -> str:
@@ -46,13 +50,22 @@ def test_defaults_are_the_jobs_defaults():
 def test_valid_options_are_kept_and_the_policy_normalised():
     policy = {"delays": [1, 2]}
     options = JobOptions.validated(
-        max_attempts=3, retry_policy=policy, delivery="at_most_once", time_limit=2.5
+        max_attempts=3,
+        retry_policy=policy,
+        delivery="at_most_once",
+        time_limit=2.5,
+        queue="billing",
+        priority="high",
+        concurrency_key="member:42",
     )
     assert options.as_fields() == {
         "max_attempts": 3,
         "retry_policy": {"delays": [1.0, 2.0]},
         "delivery": "at_most_once",
         "time_limit": 2.5,
+        "queue": "billing",
+        "priority": 7,
+        "concurrency_key": "member:42",
     }
     assert policy == {"delays": [1, 2]}
 
@@ -75,6 +88,19 @@ def test_valid_options_are_kept_and_the_policy_normalised():
         ({"time_limit": "5"}, "time_limit", ERR_TIME_LIMIT),
         ({"retry_policy": {"delays": []}}, "retry_policy", ERR_POLICY_DELAYS),
         ({"retry_policy": "fast"}, "retry_policy", ERR_POLICY_TYPE),
+        ({"queue": ""}, "queue", ERR_QUEUE),
+        ({"queue": "Billing"}, "queue", ERR_QUEUE),
+        ({"queue": "a.b"}, "queue", ERR_QUEUE),
+        ({"queue": "a:b"}, "queue", ERR_QUEUE),
+        ({"queue": "x" * 65}, "queue", ERR_QUEUE),
+        ({"queue": None}, "queue", ERR_QUEUE),
+        ({"priority": -1}, "priority", ERR_PRIORITY.format(names=PRIORITY_NAMES)),
+        ({"priority": 10}, "priority", ERR_PRIORITY.format(names=PRIORITY_NAMES)),
+        ({"priority": True}, "priority", ERR_PRIORITY.format(names=PRIORITY_NAMES)),
+        ({"priority": "urgent"}, "priority", ERR_PRIORITY.format(names=PRIORITY_NAMES)),
+        ({"priority": 5.0}, "priority", ERR_PRIORITY.format(names=PRIORITY_NAMES)),
+        ({"concurrency_key": 42}, "concurrency_key", ERR_CONCURRENCY_KEY),
+        ({"concurrency_key": "k" * 201}, "concurrency_key", ERR_CONCURRENCY_KEY),
     ],
 )
 def test_a_bad_option_raises_with_its_field_and_message(raw, field, message):

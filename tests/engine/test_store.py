@@ -349,8 +349,8 @@ def test_a_member_slice_inserts_the_due_members_and_counts_the_missed(store):
 def test_postgres_rows_are_read_by_column_name():
     with connection.cursor() as cursor:
         cursor.cursor.row_factory = rows_of(Claim)
-        cursor.execute("SELECT 2 AS token, 3.5 AS run_at_ms, 1 AS id")
-        assert cursor.fetchone() == Claim(id=1, token=2, run_at_ms=3.5)
+        cursor.execute("SELECT 2 AS token, 'mail' AS queue, 3.5 AS run_at_ms, 1 AS id")
+        assert cursor.fetchone() == Claim(id=1, token=2, run_at_ms=3.5, queue="mail")
         with pytest.raises(LookupError):
             cursor.execute("SELECT 1 AS id, 2 AS token")
 

@@ -262,3 +262,26 @@ def snooze_then_record(ctx):
     if runs <= int(ctx.payload.get("snoozes", 1)):
         raise Snooze(float(ctx.payload.get("seconds", 1)))
     return {"runs": runs, "attempt": ctx.attempt}
+
+
+# Table of record_run, created by the routing tests and bench/routing.
+RUNS_TABLE = """
+CREATE TABLE IF NOT EXISTS test_runs (
+    id bigserial PRIMARY KEY, job_id bigint NOT NULL, tag text NOT NULL,
+    began_at timestamptz NOT NULL, ended_at timestamptz)
+"""
+
+
+@job_handler
+def record_run(ctx):
+    """Records when it began and when it ended (database clock, its own connection,
+    committed at once), sleeping payload['seconds'] (0) between: the handlers' own record
+    of how many ran at once, whatever Tempo's counters say."""
+    with _autocommit_connection() as own:
+        (row,) = own.execute(
+            "INSERT INTO test_runs (job_id, tag, began_at) VALUES (%s, %s, clock_timestamp())"
+            " RETURNING id",
+            [ctx.job_id, str(ctx.payload.get("tag", ""))],
+        ).fetchone()
+        time.sleep(float(ctx.payload.get("seconds", 0)))
+        own.execute("UPDATE test_runs SET ended_at = clock_timestamp() WHERE id = %s", [row])

@@ -92,8 +92,17 @@ class Cluster:
     def dispatcher(self, name: str) -> subprocess.Popen:
         return self._start(name, [sys.executable, "manage.py", "dispatcher", "--name", name])
 
-    def worker(self, name: str, *, concurrency: int = 4, pool: str = "threads") -> subprocess.Popen:
+    def worker(
+        self,
+        name: str,
+        *,
+        concurrency: int = 4,
+        pool: str = "threads",
+        queues: tuple[str, ...] = ("default",),
+    ) -> subprocess.Popen:
+        """A Celery worker consuming the Celery queues of these Tempo queues."""
         celery = str(Path(sys.executable).with_name("celery"))
+        consumed = [self.queue if q == "default" else f"{self.queue}.{q}" for q in queues]
         return self._start(
             name,
             [
@@ -102,7 +111,7 @@ class Cluster:
                 "schedapp",
                 "worker",
                 "-Q",
-                self.queue,
+                ",".join(consumed),
                 "-P",
                 pool,
                 "-c",

@@ -227,6 +227,27 @@ def test_slice_plan_plans_exactly_the_members_of_the_slice(planning):
         assert job.retry_policy == {"delays": [5.0]}
 
 
+@pytest.mark.parametrize("store", [PostgresJobStore, SqliteJobStore])
+def test_planned_jobs_take_the_tasks_route_with_a_key_per_member(planning, monkeypatch, store):
+    monkeypatch.setattr(slice_svc, "job_store", store)
+    created = members(12)
+    task = make_task(queue="sync", priority="high", concurrency_key="sync:{member}")
+    slice_plan(task=task, period=3, slice_index=1, now=task.epoch - DAY)
+    jobs = list(Job.objects.all())
+    assert jobs and {m.id for m in created} >= {j.payload["member_id"] for j in jobs}
+    for job in jobs:
+        assert (job.queue, job.priority) == ("sync", 7)
+        assert job.concurrency_key == f"sync:{job.payload['member_id']}"
+
+
+def test_a_bad_route_of_a_task_is_refused(planning):
+    with pytest.raises(PlanningInputError, match="queue must be"):
+        make_task(queue="No Such")
+    with pytest.raises(PlanningInputError, match="priority must be"):
+        make_task(priority=12)
+    assert not RecurringTask.objects.exists()
+
+
 def test_planning_a_slice_again_changes_nothing(planning):
     members(20)
     task = make_task()

@@ -25,7 +25,16 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
-from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState, WorkerProcess
+from tasksapp.engine.models import (
+    Dispatcher,
+    DispatcherCounter,
+    Job,
+    JobQueue,
+    JobState,
+    RoutingMode,
+    WorkerProcess,
+)
+from tasksapp.engine.queues import queue_configure
 from tasksapp.graphs.models import GraphRun, TaskRun
 from tasksapp.graphs.services import graph_job_schedule
 from tasksapp.recurring.models import FreeOrdinal, Member, RecurringTask, SlicePlan
@@ -145,6 +154,40 @@ MATRIX: list[Row] = [
         ]
     ],
     Row("dashboard:graph-list", "GET", "view", PAGE),
+    Row("dashboard:queues", "GET", "view", PAGE),
+    Row(
+        "dashboard:queue-action",
+        "POST",
+        "operate",
+        PAGE_ACTION,
+        {"name": "mail", "action": "pause"},
+        action="queue_pause",
+    ),
+    Row(
+        "dashboard:queue-action",
+        "POST",
+        "operate",
+        PAGE_ACTION,
+        {"name": "held", "action": "resume"},
+        action="queue_resume",
+    ),
+    Row(
+        "dashboard:routing-action",
+        "POST",
+        "operate",
+        PAGE_ACTION,
+        {"action": "degrade"},
+        body={"reason": "matrix", "critical_priority": "9"},
+        action="degrade",
+    ),
+    Row(
+        "dashboard:routing-action",
+        "POST",
+        "operate",
+        PAGE_ACTION,
+        {"action": "restore"},
+        action="restore",
+    ),
     Row("dashboard:audit", "GET", "view", PAGE),
     Row("dashboard:tokens", "GET", "view", PAGE),
     Row(
@@ -260,6 +303,30 @@ MATRIX: list[Row] = [
         API_READ,
         {"task_id": "task", "member_id": "member"},
     ),
+    Row("api:queues", "GET", "view", API_READ),
+    Row(
+        "api:queue",
+        "PATCH",
+        "operate",
+        API_WRITE_OK,
+        {"name": "mail"},
+        body={"concurrency_limit": 3},
+        action="queue_configure",
+    ),
+    Row("api:queue-pause", "POST", "operate", API_WRITE_OK, {"name": "mail"}, action="queue_pause"),
+    Row(
+        "api:queue-resume", "POST", "operate", API_WRITE_OK, {"name": "held"}, action="queue_resume"
+    ),
+    Row("api:routing", "GET", "view", API_READ),
+    Row(
+        "api:routing-degrade",
+        "POST",
+        "operate",
+        API_WRITE_OK,
+        body={"reason": "matrix"},
+        action="degrade",
+    ),
+    Row("api:routing-restore", "POST", "operate", API_WRITE_OK, action="restore"),
     Row("api:schema", "GET", "view", API_READ),
     # Any other address under /api/: a JSON 404 for everyone, nothing to refuse.
     *[
@@ -277,6 +344,8 @@ MATRIX: list[Row] = [
     _admin("recurringtask", "pause_tasks", "@task", "pause"),
     _admin("recurringtask", "resume_tasks", "@paused_task", "resume"),
     _admin("apitoken", "revoke_tokens", "@token", "token_revoke"),
+    _admin("jobqueue", "pause_queues", "@queue", "queue_pause"),
+    _admin("jobqueue", "resume_queues", "@held_queue", "queue_resume"),
 ]
 
 # Everything a refused request must leave as it was (an API token's last use is
@@ -293,6 +362,8 @@ WATCHED = [
     Dispatcher,
     DispatcherCounter,
     WorkerProcess,
+    JobQueue,
+    RoutingMode,
     User,
     Group,
 ]
@@ -338,6 +409,8 @@ def world(roles):  # noqa: F811
         "task": task,
         "paused_task": paused,
         "token": api_token_issue(owner=owner, name="matrix")[0],
+        "queue": queue_configure(name="mail"),
+        "held_queue": queue_configure(name="held", paused=True),
     }
 
 

@@ -24,15 +24,23 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from tasksapp.engine import sql
 from tasksapp.engine.dispatcher.coordination import REBALANCE, LocalCoordinator, PostgresCoordinator
-from tasksapp.engine.dispatcher.sources.base import DispatchContext, DueSource
+from tasksapp.engine.dispatcher.routing import Route, RoutingRules, routing_rules_read
+from tasksapp.engine.dispatcher.sources.base import (
+    MODE_UNREACHABLE,
+    ClaimOutcome,
+    DispatchContext,
+    DueSource,
+)
 from tasksapp.engine.dispatcher.sources.database import DatabaseSource
 from tasksapp.engine.models import Dispatcher, DispatcherCounter
+from tasksapp.engine.options import MIN_PRIORITY
 from tasksapp.engine.runtime import freeze_startup_heap
 from tasksapp.engine.sessions import use_engine_sessions
-from tasksapp.engine.settings import TempoSettings
+from tasksapp.engine.settings import DEFAULT_QUEUE, TempoSettings
 from tasksapp.engine.store import job_store
-from tasksapp.engine.transitions import Claim, job_claim_due, job_reap_expired
+from tasksapp.engine.transitions import Claim, job_claim_due, job_claim_limited, job_reap_expired
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +72,8 @@ class CeleryPublisher:
         self.app = app
         self.queue = queue
 
-    def __call__(self, batches: list[list[list[int]]]) -> None:
+    def __call__(self, batches: list[list[list[int]]], queue: str | None = None) -> None:
+        """Publish to `queue` (a Celery queue; by default the default Tempo queue's)."""
         from celery.utils import uuid
 
         from tasksapp.engine.worker.tasks import RUN_JOBS
@@ -77,7 +86,7 @@ class CeleryPublisher:
                 producer.publish(
                     message.body,
                     exchange="",
-                    routing_key=self.queue,
+                    routing_key=queue or self.queue,
                     serializer="json",
                     headers=message.headers,
                     **message.properties,
@@ -92,13 +101,15 @@ class CeleryPublisher:
             producer.maybe_declare(self.app.amqp.queues[self.queue])
         self.backlog()
 
-    def backlog(self) -> int | None:
-        """Messages waiting in the queue, or None if the broker cannot tell; raises one of
-        BROKER_ERRORS if it cannot be reached."""
+    def backlog(self, queue: str | None = None) -> int | None:
+        """Messages waiting in `queue` (a Celery queue; by default the default Tempo
+        queue's), or None if the broker cannot tell; raises one of BROKER_ERRORS if it
+        cannot be reached."""
         try:
             with self.app.pool.acquire(block=True) as conn:
                 conn.ensure_connection(max_retries=0)  # one attempt: not kombu's retries
-                return conn.default_channel.queue_declare(self.queue, passive=True).message_count
+                declared = conn.default_channel.queue_declare(queue or self.queue, passive=True)
+                return declared.message_count
         except BROKER_ERRORS:
             raise
         except Exception:  # an unknown queue (nothing sent yet) or a broker hiccup
@@ -133,6 +144,10 @@ class DispatcherLoop:
         self.stopping = False
         self.coordinator: PostgresCoordinator | LocalCoordinator | None = None
         self.record: Dispatcher | None = None
+        self.rules = RoutingRules()
+        self.degraded_reason = ""  # why only critical jobs are claimed now ("": all are)
+        self.backlog_since: float | None = None  # over DEGRADED_BACKLOG since (ms)
+        self.backlog_degraded_until: float | None = None
         self.source = self._due_source()
         self.stepped_out = False  # out of the ring until the broker answers again
         self._reset_schedule()
@@ -148,6 +163,8 @@ class DispatcherLoop:
             owned=self._owned,
             room_for=self._room_for,
             claim_and_publish=self.claim_and_publish,
+            rules=lambda: self.rules,
+            min_priority=self.min_priority,
         )
         if self.settings.dispatch_mode == "database":
             return DatabaseSource(context, listen_notify=self.uses_notify)
@@ -160,6 +177,7 @@ class DispatcherLoop:
         self.next_heartbeat = 0.0
         self.next_reap: float | None = 0.0
         self.broker_retry_at = 0.0  # while the broker is unreachable: claim nothing before
+        self.rules_stale = True  # the routing rules are read again before the next claims
 
     # -- life cycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -186,6 +204,7 @@ class DispatcherLoop:
                 partitions=self.partitions, instance_id=self.record.id
             )
         self.coordinator.connect()
+        self._load_rules()
         self._warm_up()
         freeze_startup_heap()
         log.info("dispatcher %s started (%s partitions)", self.name, self.partitions)
@@ -246,6 +265,8 @@ class DispatcherLoop:
             self._ensure_connected()
             if self.now_ms() >= self.next_coordination:
                 self._coordinate()
+            if self.rules_stale:
+                self._load_rules()
             self.source.step()
             if self.stepped_out:  # the broker failed during this step
                 return
@@ -304,28 +325,49 @@ class DispatcherLoop:
         self.next_coordination = 0.0
         self.next_reap = 0.0
 
-    def claim_and_publish(self, due: list[int]) -> None:
-        """Claim these ids (fenced: only rows still due are won) and publish the claims."""
+    def claim_and_publish(self, due: list[int], limited_queue: str | None = None) -> ClaimOutcome:
+        """Claim these ids (fenced: only rows still due are won) and publish the claims,
+        each to its queue. Ids of a limited queue are claimed within its limits, counted
+        in the database; those held back by them are returned."""
         ttl = self.settings.claim_ttl_seconds
-        claims = job_claim_due(ids=due, owner=self.name, ttl=ttl)
-        self.counters.update(statements=1, claims=len(claims), claims_lost=len(due) - len(claims))
-        if len(claims) < len(due):
+        outcome = ClaimOutcome()
+        if limited_queue is None:
+            claims = job_claim_due(ids=due, owner=self.name, ttl=ttl)
+        else:
+            limited = job_claim_limited(
+                queue=limited_queue, ids=due, owner=self.name, ttl=ttl, room=len(due)
+            )
+            claims = limited.claims
+            outcome = ClaimOutcome(limited.held, limited.next_start_ms)
+        lost = len(due) - len(claims) - len(outcome.held)
+        self.counters.update(statements=1, claims=len(claims), claims_lost=lost)
+        if lost:
             self._flush_counters()
+        if claims:
+            check_at = self.now_ms() + ttl * 1000 + 500
+            self.next_reap = min(self.next_reap or math.inf, check_at)
+        for queue, queue_claims in _by_queue(claims).items():
+            if not self._publish(queue, queue_claims):
+                break
+        return outcome
+
+    def _publish(self, queue: str, claims: list[Claim]) -> bool:
         batches = split_batches(
             claims,
             fanout=self.settings.fanout,
             max_batch=self.settings.max_batch,
             parallelism=self.settings.batch_parallelism,
         )
-        if claims:
-            check_at = self.now_ms() + ttl * 1000 + 500
-            self.next_reap = min(self.next_reap or math.inf, check_at)
         try:
-            self.publisher(batches)
+            if queue == DEFAULT_QUEUE:
+                self.publisher(batches)
+            else:
+                self.publisher(batches, self.settings.celery_queue(queue))
         except BROKER_ERRORS as exc:  # claimed, not sent: they expire, the reaper returns them
             self._broker_unreachable(exc)
-            return
+            return False
         self.counters.update(messages=len(batches))
+        return True
 
     def _broker_unreachable(self, exc: BaseException) -> None:
         log.warning("dispatcher %s: broker unreachable, claiming nothing: %s", self.name, exc)
@@ -363,14 +405,19 @@ class DispatcherLoop:
         self.stepped_out = False
         self.broker_retry_at = 0.0
 
-    def _room_for(self, wanted: int) -> int:
-        """How many due jobs may be claimed now. Claiming faster than the workers start
-        jobs would only let claims expire in the queue and be claimed again."""
+    def _room_for(self, wanted: int, queue: str = DEFAULT_QUEUE) -> int:
+        """How many due jobs of a queue may be claimed now. Claiming faster than the
+        workers start jobs would only let claims expire in the queue and be claimed again."""
         if self.now_ms() < self.broker_retry_at:
             return 0
         backlog_of = getattr(self.publisher, "backlog", None)
         try:
-            backlog = backlog_of() if backlog_of else None
+            if backlog_of is None:
+                backlog = None
+            elif queue == DEFAULT_QUEUE:
+                backlog = backlog_of()
+            else:
+                backlog = backlog_of(self.settings.celery_queue(queue))
         except BROKER_ERRORS as exc:
             self._broker_unreachable(exc)
             return 0
@@ -392,7 +439,61 @@ class DispatcherLoop:
             heartbeat_at=Now(), partitions=sorted(self._owned()), clock_offset_ms=offset
         )
         self._flush_counters()
+        self.rules_stale = True  # a missed NOTIFY costs at most one heartbeat
         self.next_heartbeat = self.now_ms() + HEARTBEAT_SECONDS * 1000
+
+    # -- routing ----------------------------------------------------------------------
+    def _load_rules(self) -> None:
+        self.rules = routing_rules_read()
+        self.rules_stale = False
+        self._record_degraded()
+
+    def min_priority(self) -> int:
+        """The lowest priority claimed now: the critical one while degraded."""
+        self._record_degraded()
+        return self.rules.critical_priority if self.degraded_reason else MIN_PRIORITY
+
+    def _record_degraded(self) -> None:
+        reason = self._degraded_now()
+        if reason != self.degraded_reason:
+            log.warning("dispatcher %s: degraded mode %s", self.name, reason or "off")
+            self.degraded_reason = reason
+            Dispatcher.objects.filter(name=self.name).update(degraded_reason=reason)
+
+    def _degraded_now(self) -> str:
+        """Why only critical jobs may be claimed now, or "" (docs/ROUTING.md)."""
+        if self.rules.degraded:
+            return f"switched on by an operator: {self.rules.degraded}"
+        if getattr(self.source, "mode", None) == MODE_UNREACHABLE:
+            return "the Redis due index cannot be reached"
+        return self._backlog_degraded()
+
+    def _backlog_degraded(self) -> str:
+        """Over DEGRADED_BACKLOG due jobs held unclaimed for DEGRADED_AFTER_SECONDS: only
+        critical jobs are claimed for as long again; then every job is claimed again
+        (highest priority first), until the backlog has stayed over the threshold for
+        another such spell. A backlog that persists thus alternates between the two."""
+        threshold = self.settings.degraded_backlog
+        if threshold <= 0:
+            return ""
+        now, spell = self.now_ms(), self.settings.degraded_after_seconds * 1000
+        reason = (
+            f"more than {threshold} due jobs waited unclaimed for over "
+            f"{self.settings.degraded_after_seconds:g} s"
+        )
+        if self.backlog_degraded_until is not None:
+            if now < self.backlog_degraded_until:
+                return reason
+            self.backlog_degraded_until = self.backlog_since = None
+        if self.source.waiting() <= threshold:
+            self.backlog_since = None
+            return ""
+        if self.backlog_since is None:
+            self.backlog_since = now
+        if now - self.backlog_since < spell:
+            return ""
+        self.backlog_degraded_until = now + spell
+        return reason
 
     def _flush_counters(self) -> None:
         counts = {k: v for k, v in self.counters.items() if v}
@@ -420,17 +521,32 @@ class DispatcherLoop:
         if payload == REBALANCE:  # a peer came or went: look at the partitions now
             self.next_coordination = 0.0
             return
+        if payload == sql.ROUTING_CHANGED:
+            self.rules_stale = True
+            return
         head, _, tail = payload.partition(":")
         job_id = int(head)
         if job_id % self.partitions not in self._owned_set():
             return
-        self.source.announced(job_id, None if tail == "x" else int(tail))
+        if tail == "x":
+            self.source.announced(job_id, None)
+            return
+        run_at, priority, queue = (tail.split(":", 2) + ["", ""])[:3]
+        route = Route(queue, int(priority), int(run_at)) if queue else None
+        self.source.announced(job_id, int(run_at), route)
 
     def _owned_set(self) -> set[int]:
         return self.coordinator.owned if self.coordinator else set()
 
     def _owned(self) -> list[int]:
         return sorted(self._owned_set())
+
+
+def _by_queue(claims: list[Claim]) -> dict[str, list[Claim]]:
+    grouped: dict[str, list[Claim]] = {}
+    for claim in claims:
+        grouped.setdefault(claim.queue, []).append(claim)
+    return grouped
 
 
 def _psycopg_error() -> type[Exception]:

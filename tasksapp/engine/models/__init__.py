@@ -1,5 +1,6 @@
 from .jobs import DUE_STATES, FINAL_STATES, LEASED_STATES, Delivery, Job, JobState
 from .processes import Dispatcher, DispatcherCounter, WorkerProcess
+from .routing import JobQueue, RoutingMode
 
 __all__ = [
     "DUE_STATES",
@@ -9,6 +10,8 @@ __all__ = [
     "Dispatcher",
     "DispatcherCounter",
     "Job",
+    "JobQueue",
     "JobState",
+    "RoutingMode",
     "WorkerProcess",
 ]

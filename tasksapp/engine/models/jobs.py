@@ -51,6 +51,11 @@ class Job(models.Model):
     delivery = models.CharField(max_length=16, choices=Delivery, default=Delivery.TRANSACTIONAL)
     time_limit = models.FloatField(null=True, blank=True, help_text="Seconds per attempt.")
     idempotency_key = models.CharField(max_length=200, unique=True, default=new_idempotency_key)
+    # Routing (tasksapp.engine.options): the queue (its limits, its Celery queue), the
+    # priority (0-9, higher claimed first) and the key its queue's per-key limit counts.
+    queue = models.CharField(max_length=64, default="default", db_default="default")
+    priority = models.SmallIntegerField(default=5, db_default=5)
+    concurrency_key = models.CharField(max_length=200, blank=True, default="", db_default="")
 
     # Fencing token: increases at every claim; every later transition must match it.
     lease_token = models.BigIntegerField(default=0)
@@ -82,10 +87,19 @@ class Job(models.Model):
             ),
             models.Index(fields=["state", "run_at"], name="job_state_run_at_idx"),
             models.Index(fields=["handler", "run_at"], name="job_handler_run_at_idx"),
+            # Serves a limited queue's claim: its claimed and running jobs, per key.
+            models.Index(
+                fields=["queue", "concurrency_key"],
+                name="job_active_queue_idx",
+                condition=Q(state__in=["claimed", "running"]),
+            ),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(attempts__gte=0), name="job_attempts_gte_0"),
             models.CheckConstraint(condition=Q(max_attempts__gte=1), name="job_max_attempts_gte_1"),
+            models.CheckConstraint(
+                condition=Q(priority__gte=0, priority__lte=9), name="job_priority_0_9"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -16,6 +16,8 @@ class Dispatcher(models.Model):
     # "database", "redis", or a Redis-mode fallback the dashboard warns about:
     # "redis-fallback" (shards being rebuilt are polled), "redis-unreachable" (all are).
     dispatch_mode = models.CharField(max_length=40, default="database")
+    # Why this dispatcher claims only critical work now ("" while it claims everything).
+    degraded_reason = models.CharField(max_length=200, blank=True, default="")
 
     class Meta:
         indexes = [models.Index(fields=["heartbeat_at"], name="dispatcher_heartbeat_idx")]
@@ -61,6 +63,7 @@ class WorkerProcess(models.Model):
     running = models.IntegerField(default=0)
     succeeded = models.BigIntegerField(default=0)
     failed = models.BigIntegerField(default=0)
+    queues = models.JSONField(default=list, blank=True, help_text="The Tempo queues it serves.")
 
     def __str__(self) -> str:
         return self.name

@@ -38,6 +38,31 @@ class JobStore(Protocol):
         """scheduled|failed → claimed for the ids due within `lead` s; the claims won."""
         ...
 
+    def lock_queue(self, queue: str) -> rows.QueueLimits | None:
+        """Lock a queue's row until the transaction ends (claims of a limited queue are
+        serialised by it) and read its limits; None if another session holds the lock
+        (or the queue has no row)."""
+        ...
+
+    def claim_limited(
+        self,
+        *,
+        queue: str,
+        ids: Sequence[int],
+        owner: str,
+        ttl: float,
+        lead: float,
+        room: int,
+        limits: rows.QueueLimits,
+    ) -> rows.LimitedClaims:
+        """Like claim_due for the ids of one limited queue (its row locked): at most `room`,
+        within its concurrency and per-key limits, highest priority first."""
+        ...
+
+    def set_rate_tat(self, queue: str, tat_ms: float) -> None:
+        """Store the queue's rate limit state (its row locked)."""
+        ...
+
     def reap_expired(self, *, partitions: int, owned: Sequence[int], error: str) -> rows.Reaped:
         """Expired leases in the owned partitions: claimed → scheduled; running → lost,
         dead or failed (with `error`) per delivery mode and attempts."""

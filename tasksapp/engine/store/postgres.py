@@ -24,10 +24,12 @@ from .rows import (
     DueJob,
     FailedAttempt,
     InsertedJob,
+    LimitedClaims,
     MemberSlice,
     NewJob,
     PlannedSlice,
     PollWindow,
+    QueueLimits,
     Reaped,
     Renewed,
     StartedJob,
@@ -86,6 +88,7 @@ def _json_texts(values: Iterable[Any]) -> list[str]:
 
 _DUE_JOBS, _CLAIMS, _REAPED = rows_of(DueJob), rows_of(Claim), rows_of(Reaped)
 _INSERTED, _PLANNED = rows_of(InsertedJob), rows_of(PlannedSlice)
+_QUEUE_LIMITS = rows_of(QueueLimits)
 
 
 class PostgresJobStore(InsertsBySource):
@@ -117,6 +120,42 @@ class PostgresJobStore(InsertsBySource):
         with _cursor(_CLAIMS) as cursor:  # not prepared: its best plan depends on the ids
             cursor.execute(sql.CLAIM_DUE, params)
             return cursor.fetchall()
+
+    def lock_queue(self, queue: str) -> QueueLimits | None:
+        with _cursor(_QUEUE_LIMITS) as cursor:
+            cursor.execute(sql.LOCK_QUEUE, {"queue": queue})
+            return cursor.fetchone()
+
+    def claim_limited(
+        self,
+        *,
+        queue: str,
+        ids: Sequence[int],
+        owner: str,
+        ttl: float,
+        lead: float,
+        room: int,
+        limits: QueueLimits,
+    ) -> LimitedClaims:
+        params = {
+            "queue": queue,
+            "ids": list(ids),
+            "owner": owner,
+            "ttl": ttl,
+            "lead": lead,
+            "room": room,
+            "limit": limits.concurrency_limit,
+            "key_limit": limits.key_concurrency_limit,
+        }
+        with _cursor() as cursor:
+            cursor.execute(sql.CLAIM_LIMITED, params)
+            rows = cursor.fetchall()
+        claims = [Claim(i, token, run_at_ms, q) for i, token, run_at_ms, q, won in rows if won]
+        return LimitedClaims(claims=claims, held=[row[0] for row in rows if not row[4]])
+
+    def set_rate_tat(self, queue: str, tat_ms: float) -> None:
+        with _cursor() as cursor:
+            cursor.execute(sql.SET_RATE_TAT, {"queue": queue, "tat_ms": tat_ms})
 
     def reap_expired(self, *, partitions: int, owned: Sequence[int], error: str) -> Reaped:
         params = {"error": error, "kind": LEASE_EXPIRED_KIND}
@@ -212,6 +251,9 @@ class PostgresJobStore(InsertsBySource):
                 None if job.time_limit is None else float(job.time_limit) for job in jobs
             ],
             "keys": [job.idempotency_key for job in jobs],
+            "queues": [job.queue for job in jobs],
+            "priorities": [job.priority for job in jobs],
+            "concurrency_keys": [job.concurrency_key for job in jobs],
         }
         with _cursor(_INSERTED) as cursor:
             cursor.execute(sql.INSERT_ROWS, params)
@@ -227,6 +269,9 @@ class PostgresJobStore(InsertsBySource):
             "retry_policy": json.dumps(template.retry_policy),
             "delivery": template.delivery,
             "time_limit": template.time_limit,
+            "queue": template.queue,
+            "priority": template.priority,
+            "concurrency_key": template.concurrency_key,
             "key_prefix": source.key_prefix,
             "not_before": source.not_before,
         }

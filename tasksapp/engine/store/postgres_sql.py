@@ -47,7 +47,7 @@ CLOCK_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::float8"
 OWNED_PARTITIONS = "(%(all_partitions)s OR (id %% %(partitions)s) = ANY(%(owned)s))"
 
 POLL_DUE = f"""
-SELECT id, floor(extract(epoch FROM run_at) * 1000)::bigint AS run_at_ms, run_at
+SELECT id, floor(extract(epoch FROM run_at) * 1000)::bigint AS run_at_ms, run_at, priority, queue
 FROM {JOB_TABLE}
 WHERE state IN ({DUE})
   AND run_at < clock_timestamp() + make_interval(secs => %(lookahead)s)
@@ -72,7 +72,73 @@ WHERE j.id = t.id
   AND j.state IN ({DUE})
   AND j.run_at <= clock_timestamp() + make_interval(secs => %(lead)s)
 RETURNING j.id, j.lease_token AS token,
-          (extract(epoch FROM j.run_at) * 1000)::float8 AS run_at_ms
+          (extract(epoch FROM j.run_at) * 1000)::float8 AS run_at_ms, j.queue
+"""
+
+# --- limited queues ----------------------------------------------------------------------
+# A limited queue's claims are serialised by its row's lock, taken in a statement of its
+# own: the claim that follows (READ COMMITTED) then sees every claim another dispatcher
+# committed before it, so the count of claimed and running jobs is exact. A dispatcher
+# never waits for the lock (its other queues' jobs would wait with it): while another
+# one claims the queue, it finds no row and tries again a moment later.
+QUEUE_TABLE = "tasksapp_jobqueue"
+
+LOCK_QUEUE = f"""
+SELECT concurrency_limit, key_concurrency_limit, rate_limit, rate_period,
+       (extract(epoch FROM rate_tat) * 1000)::float8 AS rate_tat_ms, {CLOCK_MS} AS now_ms
+FROM {QUEUE_TABLE} WHERE name = %(queue)s
+FOR UPDATE SKIP LOCKED
+"""
+
+# Of the ids asked for, the due jobs of the queue are the candidates; a candidate whose
+# key already has `key_limit` jobs claimed or running (counting the candidates ranked
+# before it) is held back, and of the rest at most `room` are claimed, and no more than
+# the queue's `limit` less its jobs claimed or running: highest priority first, then
+# earliest run_at. The candidates not claimed come back as held (claimed = false).
+CLAIM_LIMITED = f"""
+WITH candidates AS (
+    SELECT j.id, j.priority, j.run_at, j.concurrency_key AS key
+    FROM unnest(%(ids)s::bigint[]) AS t(id) JOIN {JOB_TABLE} j ON j.id = t.id
+    WHERE j.state IN ({DUE}) AND j.queue = %(queue)s
+      AND j.run_at <= clock_timestamp() + make_interval(secs => %(lead)s)
+), busy_keys AS (
+    SELECT a.concurrency_key AS key, count(*) AS n
+    FROM {JOB_TABLE} a
+    WHERE a.queue = %(queue)s AND a.state IN ({LEASED})
+      AND a.concurrency_key IN (SELECT key FROM candidates WHERE key <> '')
+    GROUP BY a.concurrency_key
+), ranked AS (
+    SELECT c.*, row_number() OVER (PARTITION BY c.key
+                                   ORDER BY c.priority DESC, c.run_at, c.id) AS nth_of_key
+    FROM candidates c
+), allowed AS (
+    SELECT r.id FROM ranked r LEFT JOIN busy_keys b ON b.key = r.key
+    WHERE %(key_limit)s::int IS NULL OR r.key = ''
+       OR r.nth_of_key + coalesce(b.n, 0) <= %(key_limit)s::int
+    ORDER BY r.priority DESC, r.run_at, r.id
+    LIMIT greatest(0, least(%(room)s::int, coalesce(
+        %(limit)s::int - (SELECT count(*) FROM {JOB_TABLE} a
+                          WHERE a.queue = %(queue)s AND a.state IN ({LEASED})),
+        %(room)s::int)))
+), claimed AS (
+    UPDATE {JOB_TABLE} j
+    SET state = {CLAIMED}, lease_token = j.lease_token + 1, claimed_by = %(owner)s,
+        claimed_at = clock_timestamp(),
+        lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
+    FROM allowed
+    WHERE j.id = allowed.id AND j.state IN ({DUE})
+    RETURNING j.id, j.lease_token AS token,
+              (extract(epoch FROM j.run_at) * 1000)::float8 AS run_at_ms, j.queue
+)
+SELECT id, token, run_at_ms, queue, true AS claimed FROM claimed
+UNION ALL
+SELECT c.id, 0, 0, %(queue)s, false FROM candidates c
+WHERE c.id NOT IN (SELECT id FROM claimed)
+"""
+
+SET_RATE_TAT = f"""
+UPDATE {QUEUE_TABLE} SET rate_tat = to_timestamp(%(tat_ms)s::float8 / 1000)
+WHERE name = %(queue)s
 """
 
 # What a start returns, by StartedJob field: the prepared cursor gives plain tuples, so
@@ -233,7 +299,7 @@ def _jobs_insert(values: str, source: str, returning: str) -> str:
     `source`; every other column starts the same, stated here once."""
     return f"""
     INSERT INTO {JOB_TABLE} (handler, run_at, payload, max_attempts, retry_policy, delivery,
-                             time_limit, idempotency_key,
+                             time_limit, idempotency_key, queue, priority, concurrency_key,
                              state, attempts, lease_token, claimed_by, last_error, errors)
     SELECT {values},
            {SCHEDULED}, 0, 0, '', '', '[]'::jsonb
@@ -244,12 +310,13 @@ def _jobs_insert(values: str, source: str, returning: str) -> str:
 
 INSERT_ROWS = _jobs_insert(
     values="""r.handler, r.run_at, r.payload, r.max_attempts, r.retry_policy, r.delivery,
-           r.time_limit, r.idempotency_key""",
+           r.time_limit, r.idempotency_key, r.queue, r.priority, r.concurrency_key""",
     source="""unnest(%(handlers)s::text[], %(run_ats)s::timestamptz[], %(payloads)s::jsonb[],
                 %(max_attempts)s::integer[], %(retry_policies)s::jsonb[], %(deliveries)s::text[],
-                %(time_limits)s::float8[], %(keys)s::text[])
+                %(time_limits)s::float8[], %(keys)s::text[], %(queues)s::text[],
+                %(priorities)s::smallint[], %(concurrency_keys)s::text[])
          AS r(handler, run_at, payload, max_attempts, retry_policy, delivery, time_limit,
-              idempotency_key)""",
+              idempotency_key, queue, priority, concurrency_key)""",
     returning="id, idempotency_key, created_at",
 )
 
@@ -259,7 +326,9 @@ SLICE_JOBS = _jobs_insert(
     values="""%(handler)s::text, slice.run_at,
            %(payload)s::jsonb || jsonb_build_object('member_id', slice.id),
            %(max_attempts)s::integer, %(retry_policy)s::jsonb,
-           %(delivery)s::text, %(time_limit)s::float8, %(key_prefix)s::text || slice.id""",
+           %(delivery)s::text, %(time_limit)s::float8, %(key_prefix)s::text || slice.id,
+           %(queue)s::text, %(priority)s::smallint,
+           replace(%(concurrency_key)s::text, '{member}', slice.id::text)""",
     source="slice WHERE slice.run_at >= %(not_before)s ORDER BY slice.run_at",
     returning="1",
 )

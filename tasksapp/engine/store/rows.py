@@ -46,6 +46,8 @@ class DueJob:
     id: int
     run_at_ms: int
     run_at: dt.datetime  # exact, for the keyset of the next page
+    priority: int = 5
+    queue: str = "default"
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class Claim:
     id: int
     token: int
     run_at_ms: float  # exact, to the microsecond: when the job may start
+    queue: str = "default"  # its Celery queue is named after it
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,9 @@ class NewJob:
     delivery: str
     time_limit: float | None
     idempotency_key: str
+    queue: str = "default"
+    priority: int = 5
+    concurrency_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,9 @@ class JobTemplate:
     retry_policy: dict
     delivery: str
     time_limit: float | None
+    queue: str = "default"
+    priority: int = 5
+    concurrency_key: str = ""  # "{member}" in it becomes each member's id
 
 
 @dataclass(frozen=True)
@@ -179,7 +188,8 @@ class MemberSlice:
     (with `members_params`) selects ``id, run_at`` on PostgreSQL, where the store inserts
     from it in the same statement; `members` yields the same pairs through the ORM for the
     other databases. The query's parameters must not reuse the store's names (handler,
-    payload, max_attempts, retry_policy, delivery, time_limit, key_prefix, not_before)."""
+    payload, max_attempts, retry_policy, delivery, time_limit, key_prefix, not_before, queue,
+    priority, concurrency_key)."""
 
     template: JobTemplate
     key_prefix: str
@@ -193,3 +203,27 @@ class MemberSlice:
 class PlannedSlice:
     planned: int
     missed: int
+
+
+# --- routing ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """A queue's limits as its locked row holds them, and the database clock then."""
+
+    concurrency_limit: int | None
+    key_concurrency_limit: int | None
+    rate_limit: int | None
+    rate_period: float
+    rate_tat_ms: float | None
+    now_ms: float
+
+
+@dataclass(frozen=True)
+class LimitedClaims:
+    """A limited queue's claim: the claims won, and the ids asked for that are still due
+    but were held back by a limit (the dispatcher keeps them)."""
+
+    claims: list[Claim]
+    held: list[int]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,7 +15,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Mod
 from django.utils import timezone
 
-from tasksapp.engine.models import Delivery, Job, JobState
+from tasksapp.engine.models import Delivery, Job, JobQueue, JobState
 from tasksapp.engine.models.jobs import DUE_STATES, LEASED_STATES
 
 from .base import LEASE_EXPIRED_KIND, InsertsBySource
@@ -25,10 +26,12 @@ from .rows import (
     FailedAttempt,
     InsertedJob,
     JobTemplate,
+    LimitedClaims,
     MemberSlice,
     NewJob,
     PlannedSlice,
     PollWindow,
+    QueueLimits,
     Reaped,
     Renewed,
     StartedJob,
@@ -101,9 +104,10 @@ class SqliteJobStore(InsertsBySource):
             after_run_at, after_id = window.after
             jobs = jobs.filter(Q(run_at__gt=after_run_at) | Q(run_at=after_run_at, id__gt=after_id))
         due = jobs.filter(run_at__lt=horizon).order_by("run_at", "id")
-        rows = due.values_list("id", "run_at", named=True)[: window.limit]
+        rows = due.values_list("id", "run_at", "priority", "queue", named=True)[: window.limit]
         return [
-            DueJob(id=row.id, run_at_ms=ms_whole(row.run_at), run_at=row.run_at) for row in rows
+            DueJob(row.id, ms_whole(row.run_at), row.run_at, row.priority, row.queue)
+            for row in rows
         ]
 
     def claim_due(self, *, ids: Sequence[int], owner: str, ttl: float, lead: float) -> list[Claim]:
@@ -112,7 +116,7 @@ class SqliteJobStore(InsertsBySource):
             due = Job.objects.filter(
                 id__in=ids, state__in=DUE_STATES, run_at__lte=now + _secs(lead)
             )
-            won = list(due.values_list("id", "lease_token", "run_at", named=True))
+            won = list(due.values_list("id", "lease_token", "run_at", "queue", named=True))
             Job.objects.filter(id__in=[row.id for row in won], state__in=DUE_STATES).update(
                 state=JobState.CLAIMED,
                 lease_token=F("lease_token") + 1,
@@ -120,7 +124,59 @@ class SqliteJobStore(InsertsBySource):
                 claimed_at=now,
                 lease_expires_at=now + _secs(ttl),
             )
-        return [Claim(row.id, row.lease_token + 1, ms_exact(row.run_at)) for row in won]
+        return [Claim(row.id, row.lease_token + 1, ms_exact(row.run_at), row.queue) for row in won]
+
+    def lock_queue(self, queue: str) -> QueueLimits | None:
+        # SQLite's transactions are immediate (one writer at a time): the lock is the
+        # transaction the caller holds.
+        row = JobQueue.objects.filter(name=queue).first()
+        if row is None:
+            return None
+        tat = None if row.rate_tat is None else ms_exact(row.rate_tat)
+        return QueueLimits(
+            row.concurrency_limit,
+            row.key_concurrency_limit,
+            row.rate_limit,
+            row.rate_period,
+            tat,
+            ms_exact(timezone.now()),
+        )
+
+    def claim_limited(
+        self,
+        *,
+        queue: str,
+        ids: Sequence[int],
+        owner: str,
+        ttl: float,
+        lead: float,
+        room: int,
+        limits: QueueLimits,
+    ) -> LimitedClaims:
+        now = timezone.now()
+        due = Job.objects.filter(
+            id__in=ids, queue=queue, state__in=DUE_STATES, run_at__lte=now + _secs(lead)
+        ).order_by("-priority", "run_at", "id")
+        candidates = list(due.values_list("id", "concurrency_key", named=True))
+        active = Job.objects.filter(queue=queue, state__in=LEASED_STATES)
+        if limits.concurrency_limit is not None:
+            room = min(room, max(0, limits.concurrency_limit - active.count()))
+        busy = Counter(active.exclude(concurrency_key="").values_list("concurrency_key", flat=True))
+        chosen = []
+        for row in candidates:
+            if len(chosen) >= room:
+                break
+            keyed = row.concurrency_key and limits.key_concurrency_limit is not None
+            if keyed and busy[row.concurrency_key] >= limits.key_concurrency_limit:
+                continue
+            busy[row.concurrency_key] += 1
+            chosen.append(row.id)
+        claims = self.claim_due(ids=chosen, owner=owner, ttl=ttl, lead=lead) if chosen else []
+        won = {claim.id for claim in claims}
+        return LimitedClaims(claims=claims, held=[r.id for r in candidates if r.id not in won])
+
+    def set_rate_tat(self, queue: str, tat_ms: float) -> None:
+        JobQueue.objects.filter(name=queue).update(rate_tat=from_ms(tat_ms))
 
     def reap_expired(self, *, partitions: int, owned: Sequence[int], error: str) -> Reaped:
         scope = Job.objects.filter(_in_partitions(partitions, owned), state__in=LEASED_STATES)
@@ -340,4 +396,7 @@ def _member_job(template: JobTemplate, member_id: int, run_at: dt.datetime, key:
         delivery=template.delivery,
         time_limit=template.time_limit,
         idempotency_key=key,
+        queue=template.queue,
+        priority=template.priority,
+        concurrency_key=template.concurrency_key.replace("{member}", str(member_id)),
     )

@@ -147,6 +147,7 @@ class LeaseKeeper:
         self._limits = threading.Condition(self._lock)
         self._next_limit = float("inf")  # when the watchdog wakes next (monotonic)
         self._counts = {"succeeded": 0, "failed": 0}
+        self.queues: list[str] = []  # the Tempo queues this worker consumes, for the dashboard
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
         self._thread.start()
@@ -233,6 +234,7 @@ class LeaseKeeper:
             running=running,
             succeeded=F("succeeded") + counts["succeeded"],
             failed=F("failed") + counts["failed"],
+            queues=self.queues,
         )
         if not updated:
             WorkerProcess.objects.create(
@@ -242,6 +244,7 @@ class LeaseKeeper:
                 running=running,
                 succeeded=counts["succeeded"],
                 failed=counts["failed"],
+                queues=self.queues,
             )
 
     def _signal_cancels(self, job_ids: frozenset[int]) -> None:

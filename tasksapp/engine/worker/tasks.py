@@ -1,11 +1,12 @@
 """Celery tasks: thin adapters over services."""
 
-from celery import shared_task
+from celery import current_app, shared_task
 from celery.signals import worker_process_init, worker_ready
 from django.db import close_old_connections
 
 from tasksapp.engine.runtime import freeze_startup_heap
 from tasksapp.engine.sessions import use_engine_sessions
+from tasksapp.engine.settings import tempo_settings
 from tasksapp.engine.worker.executor import (
     end_processes_at_time_limit,
     execute_batch,
@@ -33,6 +34,13 @@ def run_jobs(claims: list[list[int]]) -> int:
     return execute_batch(claims)
 
 
+def _served_queues() -> list[str]:
+    """The Tempo queues whose Celery queues this worker consumes (`celery worker -Q`)."""
+    settings = tempo_settings()
+    consumed = current_app.amqp.queues.consume_from or {}
+    return sorted(filter(None, (settings.tempo_queue(name) for name in consumed)))
+
+
 @worker_ready.connect
 def _prepare_worker(sender=None, **kwargs) -> None:
     """Threads/solo pools run jobs in this process: heartbeat from the start."""
@@ -41,7 +49,7 @@ def _prepare_worker(sender=None, **kwargs) -> None:
     if type(pool).__module__ == "celery.concurrency.prefork":
         freeze_startup_heap()  # the parent receives, hands out and acknowledges messages
         return  # each child prepares itself (worker_process_init)
-    lease_keeper()
+    lease_keeper().queues = _served_queues()
     warm_handler_pool()
     executor = getattr(pool, "executor", None)  # the threads pool runs tasks on its threads
     if executor is not None:
@@ -56,7 +64,7 @@ def _prepare_worker_child(**kwargs) -> None:
     """A prefork child: a handler past its time limit ends it (the pool starts another)."""
     use_engine_sessions()
     end_processes_at_time_limit()
-    lease_keeper()
+    lease_keeper().queues = _served_queues()
     warm_handler_pool()
     warm_up()
     freeze_startup_heap()

@@ -11,6 +11,8 @@ from django.utils import timezone
 
 from tasksapp.engine.models import Delivery
 from tasksapp.engine.options import (
+    DEFAULT_PRIORITY,
+    DEFAULT_QUEUE,
     JobOptions,
     JobOptionsError,
     validated_handler,
@@ -67,6 +69,9 @@ def recurring_task_create(
     delivery: str = Delivery.TRANSACTIONAL,
     time_limit: float | None = None,
     active: bool = True,
+    queue: str = DEFAULT_QUEUE,
+    priority: int | str = DEFAULT_PRIORITY,
+    concurrency_key: str = "",
 ) -> RecurringTask:
     """A task run once per `period` for every active member, at the member's phase,
     planned in `slices` slices per period. Period 0 starts at `epoch` (default: today,
@@ -80,6 +85,9 @@ def recurring_task_create(
         retry_policy=retry_policy,
         delivery=delivery,
         time_limit=time_limit,
+        queue=queue,
+        priority=priority,
+        concurrency_key=concurrency_key,
     )
     epoch = _today() if epoch is None else _validated_epoch(epoch)
     grid = Grid(epoch, 0, *_validated_grid(period, slices))
@@ -109,6 +117,9 @@ def recurring_task_update(
     retry_policy: dict = UNCHANGED,
     delivery: str = UNCHANGED,
     time_limit: float | None = UNCHANGED,
+    queue: str = UNCHANGED,
+    priority: int | str = UNCHANGED,
+    concurrency_key: str = UNCHANGED,
     period: dt.timedelta = UNCHANGED,
     slices: int = UNCHANGED,
     epoch: dt.datetime = UNCHANGED,
@@ -127,6 +138,9 @@ def recurring_task_update(
         retry_policy=retry_policy,
         delivery=delivery,
         time_limit=time_limit,
+        queue=queue,
+        priority=priority,
+        concurrency_key=concurrency_key,
     )
     with transaction.atomic():
         task = RecurringTask.objects.select_for_update().get(pk=task.pk)

@@ -172,6 +172,9 @@ def _job_template(task: RecurringTask, period: int) -> JobTemplate:
         retry_policy=task.retry_policy,
         delivery=task.delivery,
         time_limit=task.time_limit,
+        queue=task.queue,
+        priority=task.priority,
+        concurrency_key=task.concurrency_key,
     )
 
 

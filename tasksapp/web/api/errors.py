@@ -52,6 +52,16 @@ FIELDS = {
         "cursor",
         "state",
         "run_at_from",
+        "queue",
+        "priority",
+        "concurrency_key",
+        "paused",
+        "concurrency_limit",
+        "key_concurrency_limit",
+        "rate_limit",
+        "rate_period",
+        "reason",
+        "critical_priority",
     )
 } | {"period": "period_seconds"}
 # The same for graph_job_schedule's messages; a planner's "no plan" is about `wants`.

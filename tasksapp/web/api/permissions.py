@@ -21,6 +21,11 @@ API_WRITES = {
     "tasks": ("recurring_task_create", "recurring_task", None),
     "task-pause": ("pause", "recurring_task", "task_id"),
     "task-resume": ("resume", "recurring_task", "task_id"),
+    "queue": ("queue_configure", "queue", "name"),
+    "queue-pause": ("queue_pause", "queue", "name"),
+    "queue-resume": ("queue_resume", "queue", "name"),
+    "routing-degrade": ("degrade", "routing", None),
+    "routing-restore": ("restore", "routing", None),
 }
 
 

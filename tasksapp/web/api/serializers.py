@@ -17,12 +17,16 @@ from tasksapp.engine.handlers import ERR_HANDLER_PATH
 from tasksapp.engine.jsonvalues import JsonValueError, checked_json, safe_json
 from tasksapp.engine.models import Delivery, Job, JobState
 from tasksapp.engine.options import (
+    DEFAULT_PRIORITY,
+    DEFAULT_QUEUE,
     JOB_OPTION_FIELDS,
     MAX_ATTEMPTS,
     MAX_KEY_LENGTH,
     JobOptionsError,
     validated_handler,
     validated_payload,
+    validated_priority,
+    validated_queue,
     validated_retry_policy,
 )
 from tasksapp.engine.settings import tempo_settings
@@ -102,9 +106,29 @@ class JobOptionsSerializer(serializers.Serializer):
     time_limit = serializers.FloatField(
         required=False, allow_null=True, default=None, min_value=0.001, max_value=86_400 * 7
     )
+    queue = serializers.CharField(
+        required=False, default=DEFAULT_QUEUE, help_text="Its queue: limits, workers."
+    )
+    priority = serializers.JSONField(
+        required=False,
+        default=DEFAULT_PRIORITY,
+        help_text="0 (lowest) to 9 (highest), or low, normal, high, critical.",
+    )
+    concurrency_key = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Counted by its queue's per-key concurrency limit.",
+    )
 
     def validate_handler(self, value: str) -> str:
         return validate_handler_path(value)
+
+    def validate_queue(self, value: Any) -> str:
+        return _job_option(validated_queue, value)
+
+    def validate_priority(self, value: Any) -> int:
+        return _job_option(validated_priority, value)
 
     def validate_payload(self, value: Any) -> Any:
         return _job_option(validated_payload, value)
@@ -134,6 +158,9 @@ class JobSerializer(serializers.ModelSerializer):
             "max_attempts",
             "delivery",
             "time_limit",
+            "queue",
+            "priority",
+            "concurrency_key",
             "idempotency_key",
             "payload",
             "retry_policy",
@@ -417,3 +444,50 @@ class RecurringTaskSerializer(serializers.ModelSerializer):
 class NextRunsSerializer(serializers.Serializer):
     member = serializers.CharField()
     runs = serializers.ListField(child=serializers.DateTimeField())
+
+
+class QueueSettingsSerializer(serializers.Serializer):
+    """A queue's settings to change; the ones left out stay as they are."""
+
+    paused = serializers.BooleanField(required=False)
+    concurrency_limit = serializers.IntegerField(
+        required=False, allow_null=True, help_text="At most this many claimed or running."
+    )
+    key_concurrency_limit = serializers.IntegerField(
+        required=False, allow_null=True, help_text="At most this many per concurrency key."
+    )
+    rate_limit = serializers.IntegerField(
+        required=False, allow_null=True, help_text="At most this many starts per rate_period."
+    )
+    rate_period = serializers.FloatField(required=False, help_text="Seconds.")
+
+
+class QueueSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    due = serializers.IntegerField(help_text="Due by now, not claimed yet.")
+    active = serializers.IntegerField(help_text="Claimed or running.")
+    served = serializers.BooleanField(help_text="A live worker consumes its Celery queue.")
+    unserved = serializers.BooleanField(help_text="Has jobs and no live worker.")
+    paused = serializers.BooleanField()
+    concurrency_limit = serializers.IntegerField(allow_null=True)
+    key_concurrency_limit = serializers.IntegerField(allow_null=True)
+    rate_limit = serializers.IntegerField(allow_null=True)
+    rate_period = serializers.FloatField(allow_null=True)
+
+
+class DegradeSerializer(serializers.Serializer):
+    reason = serializers.CharField(allow_blank=True, default="", max_length=200)
+    critical_priority = serializers.JSONField(
+        required=False, default=9, help_text="Claimed while degraded: this priority and above."
+    )
+
+
+class RoutingSerializer(serializers.Serializer):
+    degraded = serializers.BooleanField(help_text="Switched on by an operator.")
+    reason = serializers.CharField()
+    critical_priority = serializers.IntegerField()
+    changed_at = serializers.DateTimeField(allow_null=True)
+    active = serializers.BooleanField(help_text="Some dispatcher claims only critical jobs.")
+    dispatchers = serializers.ListField(
+        child=serializers.DictField(), help_text="Dispatchers degraded now, and why."
+    )

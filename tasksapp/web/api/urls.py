@@ -48,6 +48,13 @@ urlpatterns = [
         views.MemberNextRunsView.as_view(),
         name="member-next-runs",
     ),
+    path("queues/", views.QueueListView.as_view(), name="queues"),
+    path("queues/<str:name>/", views.QueueDetailView.as_view(), name="queue"),
+    path("queues/<str:name>/pause/", views.QueuePauseView.as_view(), name="queue-pause"),
+    path("queues/<str:name>/resume/", views.QueueResumeView.as_view(), name="queue-resume"),
+    path("routing/", views.RoutingView.as_view(), name="routing"),
+    path("routing/degrade/", views.RoutingDegradeView.as_view(), name="routing-degrade"),
+    path("routing/restore/", views.RoutingRestoreView.as_view(), name="routing-restore"),
     # The schema describes every endpoint: for the viewer role, like the API's reads.
     path("schema/", SpectacularAPIView.as_view(permission_classes=[ViewOrOperate]), name="schema"),
     # Last: any other address under /api/ is a JSON 404, like every other API answer.

@@ -6,6 +6,8 @@ members or tasks is ordinary traffic and is not."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -30,10 +32,16 @@ from tasksapp.web.operators import (
     job_run_now_audited,
     member_activate_audited,
     member_deactivate_audited,
+    queue_configure_audited,
+    queue_pause_audited,
+    queue_resume_audited,
     recurring_task_pause_audited,
     recurring_task_resume_audited,
+    routing_degrade_audited,
+    routing_restore_audited,
 )
 from tasksapp.web.selectors.jobs import JobFilters, job_graph, job_page
+from tasksapp.web.selectors.queues import queues_overview, routing_state
 
 from . import serializers as s
 
@@ -355,3 +363,67 @@ class MemberNextRunsView(APIView):
         member = get_object_or_404(Member, id=member_id)
         _, runs = member_runs_for_task(task=task, external_id=member.external_id)
         return Response({"member": member.external_id, "runs": runs})
+
+
+def _queue_answer(name: str) -> dict:
+    return next(row for row in queues_overview()["queues"] if row["name"] == name)
+
+
+def _routing_answer() -> dict:
+    state = routing_state()
+    return s.RoutingSerializer(asdict(state) | {"active": state.active}).data
+
+
+class QueueListView(APIView):
+    @extend_schema(responses={200: s.QueueSerializer(many=True)}, summary="Queues, unserved first")
+    def get(self, request: Request) -> Response:
+        return Response(s.QueueSerializer(queues_overview()["queues"], many=True).data)
+
+
+class QueueDetailView(APIView):
+    @extend_schema(
+        request=s.QueueSettingsSerializer,
+        responses={200: s.QueueSerializer, 400: BAD_REQUEST, 403: DENIED},
+        summary="Change a queue's settings (pause, limits; null removes a limit)",
+    )
+    def patch(self, request: Request, name: str) -> Response:
+        settings = _body(s.QueueSettingsSerializer, request).validated_data
+        queue = queue_configure_audited(user=request.user, name=name, via=VIA, **settings)
+        return Response(_queue_answer(queue.name))
+
+
+class QueuePauseView(APIView):
+    @_operator_action_schema(s.QueueSerializer, "Pause a queue (its running jobs finish)")
+    def post(self, request: Request, name: str) -> Response:
+        queue = queue_pause_audited(user=request.user, name=name, via=VIA)
+        return Response(_queue_answer(queue.name))
+
+
+class QueueResumeView(APIView):
+    @_operator_action_schema(s.QueueSerializer, "Resume a paused queue")
+    def post(self, request: Request, name: str) -> Response:
+        queue = queue_resume_audited(user=request.user, name=name, via=VIA)
+        return Response(_queue_answer(queue.name))
+
+
+class RoutingView(APIView):
+    @extend_schema(responses={200: s.RoutingSerializer}, summary="The routing mode, and why")
+    def get(self, request: Request) -> Response:
+        return Response(_routing_answer())
+
+
+class RoutingDegradeView(APIView):
+    @_operator_action_schema(
+        s.RoutingSerializer, "Degraded mode on: only critical jobs", request=s.DegradeSerializer
+    )
+    def post(self, request: Request) -> Response:
+        data = _body(s.DegradeSerializer, request).validated_data
+        routing_degrade_audited(user=request.user, via=VIA, **data)
+        return Response(_routing_answer())
+
+
+class RoutingRestoreView(APIView):
+    @_operator_action_schema(s.RoutingSerializer, "Degraded mode off", refusable=False)
+    def post(self, request: Request) -> Response:
+        routing_restore_audited(user=request.user, via=VIA)
+        return Response(_routing_answer())

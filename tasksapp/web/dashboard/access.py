@@ -24,8 +24,21 @@ ACTION_URLS = {
     "task-action": (None, "recurring_task", "task_id"),
     "token-create": ("token_create", "api_token", None),
     "token-revoke": ("token_revoke", "api_token", "token_id"),
+    "queue-action": (None, "queue", "name"),
+    "routing-action": (None, "routing", None),
 }
-KNOWN_ACTIONS = {"cancel", "retry", "run-now", "pause", "resume", "cancel-graph"}
+KNOWN_ACTIONS = {
+    "cancel",
+    "retry",
+    "run-now",
+    "pause",
+    "resume",
+    "cancel-graph",
+    "degrade",
+    "restore",
+}
+# An action argument recorded under another name: a queue's pause is `queue_pause`.
+ACTION_PREFIXES = {"queue-action": "queue_"}
 
 
 def role_required(perm: str):
@@ -56,7 +69,10 @@ def dashboard_refusal_record(request: HttpRequest, *, reason: str) -> None:
         action, target_type, argument = ACTION_URLS[name]
         if action is None:
             requested = str(kwargs.get("action", ""))
-            action = requested.replace("-", "_") if requested in KNOWN_ACTIONS else name
+            if requested in KNOWN_ACTIONS:
+                action = ACTION_PREFIXES.get(name, "") + requested.replace("-", "_")
+            else:
+                action = name
             if requested not in KNOWN_ACTIONS:
                 details["requested"] = requested[:100]
         target_id = kwargs.get(argument, "") if argument else ""

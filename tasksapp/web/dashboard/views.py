@@ -16,6 +16,7 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
 
 from tasksapp.engine.models import JobState
+from tasksapp.engine.settings import tempo_settings
 from tasksapp.graphs.models import GraphState
 from tasksapp.graphs.selectors import graph_run_page
 from tasksapp.recurring.models import Member, RecurringTask
@@ -35,8 +36,12 @@ from tasksapp.web.operators import (
     job_cancel_audited,
     job_retry_audited,
     job_run_now_audited,
+    queue_pause_audited,
+    queue_resume_audited,
     recurring_task_pause_audited,
     recurring_task_resume_audited,
+    routing_degrade_audited,
+    routing_restore_audited,
 )
 from tasksapp.web.selectors.dashboard import dashboard_overview, job_history_by_day
 from tasksapp.web.selectors.jobs import (
@@ -47,6 +52,7 @@ from tasksapp.web.selectors.jobs import (
     job_page,
     job_timeline,
 )
+from tasksapp.web.selectors.queues import queue_list, routing_state
 
 VIA = OperatorAction.Via.DASHBOARD
 # Each action's audited service, and what to say with the object it changed.
@@ -59,6 +65,14 @@ JOB_ACTIONS = {
 TASK_ACTIONS = {
     "pause": (recurring_task_pause_audited, "{changed.name} paused: no new slices are planned."),
     "resume": (recurring_task_resume_audited, "{changed.name} resumed."),
+}
+QUEUE_ACTIONS = {
+    "pause": (queue_pause_audited, "Queue {changed.name} paused: its running jobs finish."),
+    "resume": (queue_resume_audited, "Queue {changed.name} resumed."),
+}
+ROUTING_ACTIONS = {
+    "degrade": (routing_degrade_audited, "Degraded mode on: only critical jobs are claimed."),
+    "restore": (routing_restore_audited, "Degraded mode off: every job is claimed again."),
 }
 AUDIT_PAGE = 100
 ERR_FILTER_TASK = "task: no recurring task with id {value}."
@@ -330,6 +344,46 @@ def graph_list(request: HttpRequest) -> HttpResponse:
         "next_before": rows[-1].id if more and rows else None,
     }
     return render(request, "dashboard/graph_list.html", context, status=_status(errors))
+
+
+@login_required
+@viewer_required
+@require_GET
+def queue_page(request: HttpRequest) -> HttpResponse:
+    context = {
+        "rows": queue_list(),
+        "routing": routing_state(),
+        "can_operate": _can_operate(request),
+        "celery_prefix": tempo_settings().queue,
+    }
+    return render(request, "dashboard/queues.html", context)
+
+
+@login_required
+@operator_required
+@require_POST
+def queue_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
+    _operator_action(request, QUEUE_ACTIONS, action, name=name)
+    return _back(request, reverse("dashboard:queues"))
+
+
+@login_required
+@operator_required
+@require_POST
+def routing_action(request: HttpRequest, action: str) -> HttpResponse:
+    target = {}
+    if action == "degrade":
+        target = {
+            "reason": request.POST.get("reason", "").strip(),
+            "critical_priority": _priority_field(request.POST.get("critical_priority", "9")),
+        }
+    _operator_action(request, ROUTING_ACTIONS, action, **target)
+    return _back(request, reverse("dashboard:queues"))
+
+
+def _priority_field(raw: str) -> int | str:
+    """A form's priority: a number as an int, a level name as it is (the service checks)."""
+    return int(raw) if raw.strip().isdigit() else raw.strip()
 
 
 @login_required

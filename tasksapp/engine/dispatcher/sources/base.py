@@ -4,12 +4,23 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from tasksapp.engine.dispatcher.routing import Route, RoutingRules
 from tasksapp.engine.settings import TempoSettings
 
 BACKPRESSURE_RETRY_MS = 10  # held back by a full queue: look at it again this soon
+MODE_UNREACHABLE = "redis-unreachable"  # the Redis source's mode: every shard polled
+
+
+@dataclass(frozen=True)
+class ClaimOutcome:
+    """What a claim left: the ids still due but held back by their queue's limits (the
+    source keeps them), and when to try them again (database ms)."""
+
+    held: list[int] = field(default_factory=list)
+    retry_at_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -24,10 +35,15 @@ class DispatchContext:
     # How long before run_at to claim: the configured lead plus round trips to the database.
     lead_ms: Callable[[], int]
     owned: Callable[[], list[int]]  # the partitions the dispatcher owns now, sorted
-    # How many of this many due jobs may be claimed now (backpressure: the queue's room).
-    room_for: Callable[[int], int]
-    # Claim these ids (fenced: only rows still due are won) and publish the claims.
-    claim_and_publish: Callable[[list[int]], None]
+    # How many of this many due jobs of a queue may be claimed now (backpressure: the room
+    # in its Celery queue).
+    room_for: Callable[[int, str], int]
+    # Claim these ids (fenced: only rows still due are won) and publish the claims; ids of
+    # one queue, given with its name, are claimed within its limits.
+    claim_and_publish: Callable[[list[int], str | None], ClaimOutcome]
+    # The queues' settings and the routing mode, and the lowest priority claimed now.
+    rules: Callable[[], RoutingRules]
+    min_priority: Callable[[], int]
 
 
 class DueSource(Protocol):
@@ -57,9 +73,12 @@ class DueSource(Protocol):
     def step(self) -> None:
         """One turn: learn what is due and claim and publish what is due by now."""
 
-    def announced(self, job_id: int, run_at_ms: int | None) -> None:
+    def announced(self, job_id: int, run_at_ms: int | None, route: Route | None = None) -> None:
         """NOTIFY: an owned job is due at `run_at_ms` (inserted, rescheduled, retried,
-        reaped), or no longer (None: cancelled)."""
+        reaped), with its queue and priority, or no longer (None: cancelled)."""
+
+    def waiting(self) -> int:
+        """How many due jobs are held unclaimed now (backpressure, limits, pauses)."""
 
     def next_deadline(self) -> float:
         """When (database clock, ms) the source next has work: the loop waits until then

@@ -4,6 +4,9 @@ run time.
 A poll reads the served partitions' pending jobs due within the lookahead, in keyset
 pages, into a hierarchical timing wheel. Until the next poll, NOTIFY announces the work
 scheduled meanwhile: a job due before the polled horizon goes into the wheel at once.
+Both carry each job's route (queue, priority): jobs due are claimed per queue, highest
+priority first, unless their queue is paused or they are below the critical priority in
+degraded mode; a limited queue's claim may hold some back (dispatcher/routing.py).
 """
 
 from __future__ import annotations
@@ -13,11 +16,17 @@ import math
 import time
 from collections.abc import Callable
 
+from tasksapp.engine.dispatcher.routing import ReadyJobs, Route, default_route
 from tasksapp.engine.dispatcher.sources.base import BACKPRESSURE_RETRY_MS, DispatchContext
 from tasksapp.engine.dispatcher.wheel import TimingWheel
 from tasksapp.engine.transitions import DueJob, job_poll_due
 
 MODE_DATABASE = "database"
+# A limited queue's claim looks again this soon while its limits hold some jobs back (a
+# slot frees when a job ends); later if it claimed none (the queue is full, or another
+# dispatcher is claiming it), so a full queue costs its dispatchers little.
+LIMITED_RETRY_MS = 20
+LIMITED_FULL_RETRY_MS = 50
 
 
 class DatabaseSource:
@@ -37,7 +46,10 @@ class DatabaseSource:
         self.listen_notify = listen_notify
         self.polled = polled or context.owned  # the owned partitions served from here
         self.wheel = _new_wheel()
-        self.ready: dict[int, int] = {}  # due, not yet claimed (held back by backpressure)
+        self.routes: dict[int, Route] = {}  # of every job held (in the wheel or ready)
+        # Due, not yet claimed: held back by backpressure, a limit or a paused queue.
+        self.ready = ReadyJobs(aging_ms=context.settings.priority_aging_seconds * 1000)
+        self.retry_at: float | None = None  # when jobs held back are looked at again
         self.rewind()
 
     def rewind(self) -> None:
@@ -58,13 +70,15 @@ class DatabaseSource:
 
     def forget(self) -> None:
         self.wheel = _new_wheel()
-        self.ready = {}
+        self.routes = {}
+        self.ready = ReadyJobs(aging_ms=self.settings.priority_aging_seconds * 1000)
 
     def drop_held(self, partitions: set[int]) -> None:
         """Forget the timers of these partitions (released, or served by the index)."""
         count = self.partitions
         self.wheel.remove_where(lambda key: key % count in partitions)
-        self.ready = {k: v for k, v in self.ready.items() if k % count not in partitions}
+        self.ready.remove_where(lambda key: key % count in partitions)
+        self.routes = {k: v for k, v in self.routes.items() if k % count not in partitions}
 
     # -- one turn -----------------------------------------------------------------------
     def step(self) -> None:
@@ -89,6 +103,7 @@ class DatabaseSource:
         self.context.counters.update(polls=1, statements=1, rows_fetched=len(rows))
         self.context.flush_counters()  # scored events are written at once: a SIGKILL loses none
         for row in rows:
+            self.routes[row.id] = Route(row.queue, row.priority, row.run_at_ms)
             self.wheel.add(row.id, row.run_at_ms - self.context.lead_ms())
         self._plan_next_poll(rows, now=now, limit=limit)
 
@@ -107,32 +122,75 @@ class DatabaseSource:
         self.next_poll = now + interval * 1000
 
     def _dispatch_due(self) -> None:
-        for job_id in self.wheel.pop_due(int(self.context.now_ms())):
-            self.ready[job_id] = 1
+        now = self.context.now_ms()
+        for job_id in self.wheel.pop_due(int(now)):
+            route = self.routes.get(job_id) or self.routes.setdefault(job_id, default_route(now))
+            self.ready.add(job_id, route)
+        self.retry_at = None
         if not self.ready:
             return
-        room = self.context.room_for(len(self.ready))
-        if room <= 0:
-            return
-        due = list(self.ready)[:room]
-        for job_id in due:
-            del self.ready[job_id]
-        self.context.claim_and_publish(due)
+        rules, min_priority = self.context.rules(), self.context.min_priority()
+        for queue in self.ready.queues():
+            if rules.paused(queue):
+                continue
+            limited = rules.candidates(queue) if rules.limited(queue) else None
+            self._dispatch_queue(queue, limited=limited, min_priority=min_priority)
 
-    def announced(self, job_id: int, run_at_ms: int | None) -> None:
+    def _dispatch_queue(self, queue: str, *, limited: int | None, min_priority: int) -> None:
+        """Claim what the queue has room for, best first; plan when to look again at what
+        is left (a paused queue, or jobs below the critical priority, wait for a NOTIFY
+        that the routing changed). `limited`: how many jobs a limited queue's claim is
+        offered (None: the queue has no limits)."""
+        waiting = self.ready.count(queue, min_priority=min_priority)
+        if not waiting:
+            return
+        if limited is not None and self.context.rules().bounded(queue):
+            room = min(waiting, limited)
+        else:
+            room = self.context.room_for(waiting, queue)
+        if limited is not None:
+            room = min(room, limited)
+        if room > 0:
+            now = self.context.now_ms()
+            due = self.ready.first(queue, room, now_ms=now, min_priority=min_priority)
+            outcome = self.context.claim_and_publish(due, None if limited is None else queue)
+            held = set(outcome.held)
+            for job_id in due:
+                if job_id not in held:
+                    self.ready.remove(job_id)
+                    self.routes.pop(job_id, None)
+            if held:
+                full = len(held) == len(due)
+                pause = LIMITED_FULL_RETRY_MS if full else LIMITED_RETRY_MS
+                self._retry_at(outcome.retry_at_ms or now + pause)
+                return
+            if room >= waiting:
+                return
+        self._retry_at(self.context.now_ms() + BACKPRESSURE_RETRY_MS)
+
+    def _retry_at(self, at_ms: float) -> None:
+        self.retry_at = at_ms if self.retry_at is None else min(self.retry_at, at_ms)
+
+    def announced(self, job_id: int, run_at_ms: int | None, route: Route | None = None) -> None:
         if run_at_ms is None:
             self.wheel.remove(job_id)
-            self.ready.pop(job_id, None)
+            self.ready.remove(job_id)
+            self.routes.pop(job_id, None)
         elif run_at_ms < self.horizon_ms:
+            self.routes[job_id] = route or default_route(run_at_ms)
+            self.ready.remove(job_id)  # rescheduled: it waits for its new run time
             self.wheel.add(job_id, run_at_ms - self.context.lead_ms())
+
+    def waiting(self) -> int:
+        return len(self.ready)
 
     def next_deadline(self) -> float:
         deadline = self.next_poll
         wheel_next = self.wheel.next_expiration()
         if wheel_next is not None:
             deadline = min(deadline, wheel_next)
-        if self.ready:  # held back: look at the queue again shortly
-            deadline = min(deadline, self.context.now_ms() + BACKPRESSURE_RETRY_MS)
+        if self.retry_at is not None:  # held back: look at them again then
+            deadline = min(deadline, self.retry_at)
         return deadline
 
 

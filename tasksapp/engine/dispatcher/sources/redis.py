@@ -26,16 +26,21 @@ import redis
 
 from tasksapp.engine import sql
 from tasksapp.engine.dispatcher.redis_index import MAX_TAKE, RedisIndex, Taken
-from tasksapp.engine.dispatcher.sources.base import BACKPRESSURE_RETRY_MS, DispatchContext
+from tasksapp.engine.dispatcher.routing import Route
+from tasksapp.engine.dispatcher.sources.base import (
+    BACKPRESSURE_RETRY_MS,
+    MODE_UNREACHABLE,
+    DispatchContext,
+)
 from tasksapp.engine.dispatcher.sources.database import DatabaseSource
 from tasksapp.engine.models import Dispatcher
+from tasksapp.engine.settings import DEFAULT_QUEUE
 from tasksapp.engine.transitions import DueJob, job_poll_due
 
 log = logging.getLogger(__name__)
 
 MODE_REDIS = "redis"
 MODE_FALLBACK = "redis-fallback"  # some shards are rebuilt, served by polling meanwhile
-MODE_UNREACHABLE = "redis-unreachable"  # every shard served by polling
 WINDOW_MS = sql.NOTIFY_WINDOW_SECONDS * 1000
 DEFAULT_PARTITIONS = 16  # TEMPO_PARTITIONS' default
 HORIZON_MARGIN_MS = 2000
@@ -124,6 +129,9 @@ class RedisIndexSource:
         except redis.RedisError as exc:
             self._lost_redis(exc)
         self._record_mode()
+
+    def waiting(self) -> int:
+        return self.database.waiting()  # the index's due members are claimed as taken
 
     def next_deadline(self) -> float:
         return min(self._index_deadline(), self.database.next_deadline())
@@ -249,7 +257,7 @@ class RedisIndexSource:
 
     # -- take, claim, return ------------------------------------------------------------
     def _take(self) -> None:
-        room = self.context.room_for(MAX_TAKE)
+        room = self.context.room_for(MAX_TAKE, DEFAULT_QUEUE)
         now = self.context.now_ms()
         if room <= 0:  # backpressure: the workers are behind; ask again shortly
             self.next_take = now + BACKPRESSURE_RETRY_MS
@@ -264,7 +272,7 @@ class RedisIndexSource:
             self._lost_shards(set(taken.unbuilt))
         ids = taken.all_ids()
         if ids:
-            self.context.claim_and_publish(ids)
+            self.context.claim_and_publish(ids, None)
             self.index.ack(taken)
         self._plan_next_take(taken, now, full=len(ids) >= room)
 
@@ -291,9 +299,12 @@ class RedisIndexSource:
         self.next_return = self.context.now_ms() + interval_ms
 
     # -- notifications ------------------------------------------------------------------
-    def announced(self, job_id: int, run_at_ms: int | None) -> None:
+    def announced(self, job_id: int, run_at_ms: int | None, route: Route | None = None) -> None:
+        # The index holds ids and run times only: the jobs it serves are claimed as they
+        # fall due, published to their queues, without priorities, pauses or limits
+        # (docs/ROUTING.md); the shards polled meanwhile are routed by the database source.
         if not self._index_announced(job_id, run_at_ms):
-            self.database.announced(job_id, run_at_ms)
+            self.database.announced(job_id, run_at_ms, route)
 
     def _index_announced(self, job_id: int, run_at_ms: int | None) -> bool:
         """Index an announced job; False if the database source must handle it."""

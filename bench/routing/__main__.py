@@ -1,0 +1,249 @@
+"""Routing under load: a limited flood beside a stream of critical jobs, and a rate limit.
+
+    python -m bench.routing [--flood 50000] [--limit 20] [--rate 200] [--rate-seconds 60]
+
+0. Quiet: the critical stream below alone, for `--quiet-seconds`: its start lag without
+   a flood, measured in the same run as the flood's, side by side.
+1. Flood: `--flood` low-priority (0) jobs of the queue "bulk", limited to `--limit` at
+   once, all due at one instant, while critical jobs (priority 9, queue "critical") are
+   scheduled 20 a second, each 0.5 s ahead, on the same workers, until the flood has
+   drained. Reported: the critical jobs' start lag (started_at − run_at), the flood's
+   drain rate, and the most bulk handlers that ran at once, from the handlers' own
+   begin/end records (Redis), never from Tempo's rows.
+2. Rate: `--rate` starts a second on the queue "api", with a minute and a bit of jobs
+   due at once; reported: starts in the first `--rate-seconds` s after the first, from
+   the handlers' records, against the limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+import redis
+
+from bench.common import BROKER_URL, BenchDatabase, bench_cluster, summary, write_json
+
+SPAN = "bench.routing.handlers.span"
+INSERT = """
+INSERT INTO tasksapp_job (handler, payload, run_at, state, attempts, max_attempts,
+    retry_policy, delivery, idempotency_key, lease_token, claimed_by, last_error, errors,
+    queue, priority, concurrency_key)
+SELECT %(handler)s, %(payload)s, %(run_at)s, 'scheduled', 0, 5, '{"delays": [1]}',
+    'at_least_once', md5(random()::text || i), 0, '', '', '[]', %(queue)s, %(priority)s, ''
+FROM generate_series(1, %(n)s) AS i
+"""
+QUEUE = """
+INSERT INTO tasksapp_jobqueue (name, paused, concurrency_limit, key_concurrency_limit,
+    rate_limit, rate_period, updated_at)
+VALUES (%(name)s, false, %(limit)s, NULL, %(rate)s, 1.0, now())
+"""
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--flood", type=int, default=50_000)
+    parser.add_argument("--limit", type=int, default=20)
+    parser.add_argument("--critical-per-s", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float, default=0.005, help="each bulk handler sleeps")
+    parser.add_argument("--quiet-seconds", type=float, default=20.0)
+    parser.add_argument("--rate", type=int, default=200)
+    parser.add_argument("--rate-seconds", type=float, default=60.0)
+    parser.add_argument("--dispatchers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=16, help="threads per worker")
+    return parser.parse_args()
+
+
+def insert(conn, *, n: int, queue: str, priority: int, run_at, payload: dict) -> None:
+    conn.execute(
+        INSERT,
+        {
+            "handler": SPAN,
+            "payload": json.dumps(payload),
+            "run_at": run_at,
+            "queue": queue,
+            "priority": priority,
+            "n": n,
+        },
+    )
+
+
+def spans(client: redis.Redis, key: str) -> list[tuple[int, float, float]]:
+    rows = [raw.decode().split() for raw in client.lrange(key, 0, -1)]
+    return [(int(job), float(began), float(ended)) for job, began, ended in rows]
+
+
+def most_at_once(records: list[tuple[int, float, float]]) -> int:
+    """The most handlers between their begin and end at one moment (an end first)."""
+    events = sorted([(b, 1) for _, b, _ in records] + [(e, -1) for _, _, e in records])
+    running = most = 0
+    for _, delta in events:
+        running += delta
+        most = max(most, running)
+    return most
+
+
+def left(conn, queue: str) -> int:
+    return conn.execute(
+        "SELECT count(*) FROM tasksapp_job WHERE queue = %s AND state <> 'succeeded'", [queue]
+    ).fetchone()[0]
+
+
+def critical_stream(db_url: str, stop: threading.Event, per_s: float, record: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        while not stop.wait(1 / per_s):
+            conn.execute(
+                INSERT.replace("%(run_at)s", "clock_timestamp() + interval '0.5 s'"),
+                {
+                    "handler": SPAN,
+                    "payload": json.dumps({"record": record}),
+                    "queue": "critical",
+                    "priority": 9,
+                    "n": 1,
+                },
+            )
+
+
+def critical_lags(conn, *, until: float) -> list[float]:
+    """Start lags (ms) of the critical jobs due before `until` (epoch s) not yet read."""
+    return [
+        float(r[0])
+        for r in conn.execute(
+            "UPDATE tasksapp_job SET queue = 'critical-read' WHERE queue = 'critical'"
+            " AND started_at IS NOT NULL AND run_at <= to_timestamp(%s)"
+            " RETURNING extract(epoch FROM started_at - run_at) * 1000",
+            [until],
+        ).fetchall()
+    ]
+
+
+def lag_summary(prefix: str, lags: list[float]) -> dict:
+    lag = summary(lags)
+    return {
+        f"{prefix}_jobs": len(lags),
+        f"{prefix}_lag_p50_ms": round(lag["p50"], 1),
+        f"{prefix}_lag_p95_ms": round(lag["p95"], 1),
+        f"{prefix}_lag_p99_ms": round(lag["p99"], 1),
+        f"{prefix}_lag_max_ms": round(lag["max"], 1),
+    }
+
+
+def quiet_phase(args, db, conn, key: str) -> dict:
+    stop = threading.Event()
+    stream = threading.Thread(
+        target=critical_stream, args=(db.url, stop, args.critical_per_s, f"{key}:critical")
+    )
+    stream.start()
+    time.sleep(args.quiet_seconds)
+    stop.set()
+    stream.join()
+    time.sleep(2)
+    return lag_summary("quiet_critical", critical_lags(conn, until=time.time()))
+
+
+def flood_phase(args, db, conn, client, key: str) -> dict:
+    conn.execute(QUEUE, {"name": "bulk", "limit": args.limit, "rate": None})
+    at = conn.execute("SELECT clock_timestamp() + interval '20 s'").fetchone()[0]
+    payload = {"record": f"{key}:bulk", "seconds": args.seconds}
+    insert(conn, n=args.flood, queue="bulk", priority=0, run_at=at, payload=payload)
+    time.sleep(max(0.0, (at.timestamp() - time.time()) - 1))
+    stop = threading.Event()
+    stream = threading.Thread(
+        target=critical_stream, args=(db.url, stop, args.critical_per_s, f"{key}:critical")
+    )
+    stream.start()
+    began = time.time()
+    try:
+        while left(conn, "bulk"):
+            if time.time() - began > 900:
+                raise SystemExit("the flood did not drain within 900 s")
+            time.sleep(1)
+    finally:
+        stop.set()
+        stream.join()
+    drained = time.time() - began
+    time.sleep(3)  # the last critical jobs
+    lags = critical_lags(conn, until=began + drained)  # due while the flood drained
+    bulk = spans(client, f"{key}:bulk")
+    return {
+        "flood": args.flood,
+        "limit": args.limit,
+        "drain_s": round(drained, 1),
+        "flood_jobs_per_s": round(args.flood / drained),
+        "bulk_records": len(bulk),
+        "bulk_most_at_once": most_at_once(bulk),
+        **lag_summary("flood_critical", lags),
+    }
+
+
+def rate_phase(args, conn, client, key: str) -> dict:
+    conn.execute(QUEUE, {"name": "api", "limit": None, "rate": args.rate})
+    conn.execute("SELECT pg_notify('tempo_jobs', 'routing')")
+    n = int(args.rate * (args.rate_seconds + 10))
+    at = conn.execute("SELECT clock_timestamp() + interval '5 s'").fetchone()[0]
+    insert(conn, n=n, queue="api", priority=5, run_at=at, payload={"record": f"{key}:api"})
+    deadline = time.time() + args.rate_seconds * 2 + 60
+    while left(conn, "api") and time.time() < deadline:
+        time.sleep(1)
+    starts = sorted(began for _, began, _ in spans(client, f"{key}:api"))
+    first = starts[0]
+    in_window = sum(1 for t in starts if t < first + args.rate_seconds)
+    per_s = [sum(1 for t in starts if first + s <= t < first + s + 1) for s in range(60)]
+    return {
+        "rate_limit_per_s": args.rate,
+        "window_s": args.rate_seconds,
+        "starts_in_window": in_window,
+        "measured_per_s": round(in_window / args.rate_seconds, 1),
+        "off_by_pct": round(100 * (in_window / (args.rate * args.rate_seconds) - 1), 2),
+        "busiest_second": max(per_s),
+        "quietest_second": min(per_s),
+        "attempts_over_1": conn.execute(
+            "SELECT count(*) FROM tasksapp_job WHERE queue = 'api' AND attempts <> 1"
+        ).fetchone()[0],
+    }
+
+
+def main() -> None:
+    args = parse()
+    key = f"bench-routing-{uuid.uuid4().hex[:6]}"
+    os.environ["BENCH_ROUTING_REDIS"] = BROKER_URL
+    client = redis.Redis.from_url(BROKER_URL)
+    with BenchDatabase("tempo_bench_routing") as db, db.connect() as conn:
+        cluster = bench_cluster(db.url, "routing")
+        try:
+            for i in range(args.workers):
+                cluster.worker(
+                    f"w{i + 1}",
+                    concurrency=args.concurrency,
+                    pool="threads",
+                    queues=("default", "bulk", "critical", "api"),
+                )
+            for i in range(args.dispatchers):
+                cluster.dispatcher(f"d{i + 1}")
+            time.sleep(10)  # processes up, partitions shared
+            quiet = quiet_phase(args, db, conn, key)
+            print(json.dumps(quiet, indent=2), flush=True)
+            flood = flood_phase(args, db, conn, client, key)
+            print(json.dumps(flood, indent=2), flush=True)
+            rate = rate_phase(args, conn, client, key)
+            print(json.dumps(rate, indent=2), flush=True)
+        finally:
+            cluster.stop()
+            for k in client.scan_iter(f"{key}*"):
+                client.delete(k)
+    results = {"args": vars(args), "quiet": quiet, "flood": flood, "rate": rate}
+    path = write_json("routing", results)
+    print(f"written {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    main()

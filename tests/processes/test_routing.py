@@ -1,0 +1,139 @@
+"""Routing proven with real dispatchers and Celery workers: queues and the workers that
+serve them, concurrency limits held across dispatchers (from the handlers' own records),
+slots of a SIGKILLed worker coming back with its leases, rate limits."""
+
+import time
+
+import pytest
+
+from tasksapp.engine.queues import queue_configure
+from tests.processes.inflight import create_tables, insert_blocking, wait_until_running
+from tests.processes.routing import create_runs_table, insert_routed, most_at_once
+from tests.processes.support import outcome, wait_for
+
+pytestmark = pytest.mark.processes
+
+
+def worker_ready(conn) -> None:
+    wait_for(
+        lambda: conn.execute("SELECT count(*) FROM tasksapp_workerprocess").fetchone()[0],
+        timeout=30,
+        message="the worker's heartbeat",
+    )
+
+
+def succeeded(conn, ids) -> int:
+    return conn.execute(
+        "SELECT count(*) FROM tasksapp_job WHERE state = 'succeeded' AND id = ANY(%s)", [ids]
+    ).fetchone()[0]
+
+
+def wait_succeeded(conn, ids, *, timeout=60) -> None:
+    wait_for(
+        lambda: succeeded(conn, ids) == len(ids),
+        timeout=timeout,
+        message=f"{len(ids)} jobs succeeded",
+    )
+
+
+def test_workers_serve_their_queues_and_a_job_of_an_unserved_queue_waits(cluster, sql):
+    create_runs_table(sql)
+    cluster.dispatcher("d1")
+    cluster.worker("w1", queues=("default", "billing"))
+    billing = insert_routed(sql, count=3, queue="billing")
+    plain = insert_routed(sql, count=3)
+    ghost = insert_routed(sql, count=2, queue="ghost")
+    wait_succeeded(sql, billing + plain)
+    served = wait_for(
+        lambda: sql.execute("SELECT queues FROM tasksapp_workerprocess").fetchall(),
+        timeout=10,
+        message="the worker's heartbeat",
+    )
+    assert all(queues == ["billing", "default"] for (queues,) in served)
+    time.sleep(1)
+    waiting = sql.execute(
+        "SELECT count(*) FROM tasksapp_job WHERE id = ANY(%s) AND state IN ('scheduled',"
+        " 'claimed')",
+        [ghost],
+    ).fetchone()[0]
+    assert waiting == 2  # published to a Celery queue nobody consumes: never started
+    cluster.worker("w2", queues=("ghost",))
+    wait_succeeded(sql, ghost)  # once served, they run (no attempt was used meanwhile)
+    attempts = sql.execute("SELECT attempts FROM tasksapp_job WHERE id = ANY(%s)", [ghost])
+    assert [a for (a,) in attempts.fetchall()] == [1, 1]
+
+
+def test_a_concurrency_limit_holds_across_dispatchers_and_workers(cluster, sql):
+    """Three dispatchers race to claim one queue limited to 3 for two workers with eight
+    slots; the handlers' own begin/end records never show more than 3 at once."""
+    create_runs_table(sql)
+    queue_configure(name="sync", concurrency_limit=3, key_concurrency_limit=1)
+    for name in ("d1", "d2", "d3"):
+        cluster.dispatcher(name)
+    for name in ("w1", "w2"):
+        cluster.worker(name, concurrency=4, queues=("default", "sync"))
+    limited = insert_routed(sql, count=30, queue="sync", payload={"seconds": 0.2}, start=2)
+    keyed = insert_routed(sql, count=12, queue="sync", payload={"seconds": 0.2}, keys=2, start=2)
+    free = insert_routed(sql, count=30, payload={"seconds": 0.2}, start=2)
+    wait_succeeded(sql, limited + keyed + free, timeout=90)
+    assert most_at_once(sql, where="j.queue = 'sync'") == 3
+    for key in ("k0", "k1"):
+        assert most_at_once(sql, where=f"j.concurrency_key = '{key}'") == 1
+    assert most_at_once(sql, where="j.queue = 'default'") > 3  # unlimited: every slot
+    assert outcome(sql) == {"succeeded": 72}
+
+
+def test_a_killed_workers_limited_slots_come_back_when_its_leases_expire(cluster, sql):
+    """Two slots, both taken by handlers of a worker then SIGKILLed: the queue's other
+    jobs wait until the dead worker's leases expire, then run on the survivor."""
+    create_tables(sql)
+    create_runs_table(sql)
+    queue_configure(name="sync", concurrency_limit=2)
+    cluster.dispatcher("d1")
+    cluster.worker("w1", concurrency=4, queues=("sync",))
+    blocking = insert_blocking(sql, count=2, delivery="at_least_once", start=1)
+    sql.execute("UPDATE tasksapp_job SET queue = 'sync' WHERE id = ANY(%s)", [blocking])
+    waiting = insert_routed(sql, count=3, queue="sync", start=1)
+    wait_until_running(sql, blocking)
+    time.sleep(2)
+    assert succeeded(sql, waiting) == 0  # both slots held
+    cluster.kill("w1")
+    killed_at = time.monotonic()
+    cluster.worker("w2", concurrency=4, queues=("sync",))
+    wait_succeeded(sql, waiting + blocking, timeout=60)
+    returned_after = time.monotonic() - killed_at
+    first_begin = sql.execute(
+        "SELECT extract(epoch FROM min(began_at) - (SELECT max(started_at) FROM test_started"
+        " WHERE attempt = 1)) FROM test_runs"
+    ).fetchone()[0]
+    assert first_begin > 3.0  # not before the run lease (3 s in the test cluster) expired
+    assert returned_after < 30
+    assert most_at_once(sql) <= 2
+
+
+def test_a_rate_limit_spreads_starts_and_holds_the_jobs_back_as_due(cluster, sql):
+    create_runs_table(sql)
+    queue_configure(name="api", rate_limit=20, rate_period=1.0)
+    cluster.dispatcher("d1")
+    cluster.dispatcher("d2")
+    cluster.worker("w1", concurrency=4, queues=("api",))
+    worker_ready(sql)  # else the claims wait in the broker for it and start all at once
+    ids = insert_routed(sql, count=80, queue="api", start=1)
+    wait_succeeded(sql, ids, timeout=60)
+    began = [
+        row[0]
+        for row in sql.execute(
+            "SELECT extract(epoch FROM began_at)::float8 FROM test_runs ORDER BY began_at"
+        ).fetchall()
+    ]
+    # Claimed at 20/s after a burst of 2: the last 3.9 s after the first. The handlers'
+    # starts follow, give or take the worker's delivery (its first start is the slowest).
+    claimed = sql.execute(
+        "SELECT extract(epoch FROM max(claimed_at) - min(claimed_at))::float8 FROM tasksapp_job"
+    ).fetchone()[0]
+    assert 3.85 <= claimed < 5.0  # (the claim reads the clock a moment after the lock)
+    assert began[-1] - began[0] >= 3.0
+    windows = [sum(1 for t in began if start <= t < start + 1.0) for start in began]
+    assert max(windows) <= 20 + 2 + 1  # the limit, one burst of a tenth, delivery jitter
+    attempts = sql.execute("SELECT max(attempts) FROM tasksapp_job").fetchone()[0]
+    assert attempts == 1  # held back as due, never failed
