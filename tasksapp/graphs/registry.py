@@ -41,7 +41,14 @@ ERR_OPTIONS = "options of graph task {name!r}: {reason}"
 ERR_OPTIONS_KEYS = "options of graph task {name!r} may only set {allowed} (got {given})."
 # A task's own job options: every JobOptions field but the delivery mode (a task's job is
 # transactional: its outcome and the graph's next step commit together).
-TASK_OPTION_FIELDS = ("max_attempts", "retry_policy", "time_limit")
+TASK_OPTION_FIELDS = (
+    "max_attempts",
+    "retry_policy",
+    "time_limit",
+    "queue",
+    "priority",
+    "concurrency_key",
+)
 ERR_PARAMS = (
     "params of graph task {name!r} must map parameter names (identifiers) to object types"
     " (identifiers), or list parameter names (each its own type)."
@@ -227,6 +234,7 @@ def _options(value: Any, *, name: str):
             retry_policy=value.get("retry_policy"),
             time_limit=value.get("time_limit"),
             delivery=Delivery.TRANSACTIONAL,
+            **{key: value[key] for key in ("queue", "priority", "concurrency_key") if key in value},
         )
     except JobOptionsError as exc:
         raise GraphTaskError(ERR_OPTIONS.format(name=name, reason=exc)) from exc

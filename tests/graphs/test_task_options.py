@@ -1,5 +1,6 @@
-"""A graph task's own job options (max_attempts, retry_policy, time_limit, validated as
-JobOptions): honoured before the graph's failure strategy applies."""
+"""A graph task's own job options (max_attempts, retry_policy, time_limit, queue,
+priority, concurrency_key, validated as JobOptions): honoured before the graph's failure
+strategy applies."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ import pytest
 
 from tasksapp.engine.models import Job
 from tasksapp.graphs.models import GraphState
-from tasksapp.graphs.registry import ERR_OPTIONS_KEYS, GraphTaskError, Registry, default_registry
+from tasksapp.graphs.registry import (
+    ERR_OPTIONS_KEYS,
+    TASK_OPTION_FIELDS,
+    GraphTaskError,
+    Registry,
+    default_registry,
+)
 from tasksapp.graphs.services import common
 from tests.graphs.conftest import drain
 from tests.graphs.test_services import runs, schedule
@@ -57,5 +64,22 @@ def test_options_are_checked_as_job_options():
     with pytest.raises(GraphTaskError) as refused:
         registry.task(name="t", requires=[], provides=["p"], options={"delivery": "x"})(dict)
     assert str(refused.value) == ERR_OPTIONS_KEYS.format(
-        name="t", allowed="max_attempts, retry_policy, time_limit", given="delivery"
+        name="t", allowed=", ".join(TASK_OPTION_FIELDS), given="delivery"
     )
+    with pytest.raises(GraphTaskError, match="queue"):
+        registry.task(name="t", requires=[], provides=["p"], options={"queue": "no spaces"})(dict)
+
+
+def test_a_task_job_goes_to_the_tasks_own_queue_priority_and_key(calls):
+    graph = schedule(wants=("routed",), strategy="abort")
+    drain()
+    graph.refresh_from_db()
+    assert graph.state == GraphState.SUCCEEDED, graph.error
+    child = Job.objects.get(id=runs(graph)["test.routed"].job_id)
+    assert (child.queue, child.priority, child.concurrency_key) == (
+        "reports",
+        7,
+        "report-builder",
+    )
+    started = Job.objects.get(id=graph.job_id)  # the graph's own job keeps the default
+    assert started.queue == "default"

@@ -233,3 +233,14 @@ def flaky(inputs):
 )
 def limited(inputs):
     return _behave("test.limited", inputs, {"limited": "ok"})
+
+
+@graph_task(
+    name="test.routed",
+    requires=["seed"],
+    provides=["routed"],
+    optional=OPTIONAL,
+    options={"queue": "reports", "priority": "high", "concurrency_key": "report-builder"},
+)
+def routed(inputs):
+    return _behave("test.routed", inputs, {"routed": "ok"})

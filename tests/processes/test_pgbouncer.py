@@ -34,6 +34,7 @@ pytestmark = [
 ]
 
 SCHEDULED = 60
+PARTITION_CLASS = 7_316_001  # tasksapp.engine.sql.PARTITION_LOCK_CLASS
 
 SCHEDULE = """
 import datetime as dt
@@ -67,6 +68,17 @@ def pooled(cluster, bouncer, db_url):
     return cluster
 
 
+def partition_locks_by_session(conn) -> list[int]:
+    rows = conn.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+        " AND classid = %s"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        " GROUP BY pid",
+        [PARTITION_CLASS],
+    ).fetchall()
+    return sorted(count for (count,) in rows)
+
+
 def schedule_through(url: str, count: int) -> None:
     env = {
         **os.environ,
@@ -98,12 +110,12 @@ def test_jobs_run_exactly_once_through_a_transaction_pooler(pooled, bouncer, sql
         "SELECT count(*) FROM tasksapp_job WHERE started_at < run_at"
     ).fetchone()[0]
     assert started_early == 0
-    # Both dispatchers shared the partitions over their direct sessions.
-    owners = sql.execute(
-        "SELECT name, jsonb_array_length(partitions) FROM tasksapp_dispatcher"
-        " WHERE name IN ('d1', 'd2')"
-    ).fetchall()
-    assert sorted(count for _, count in owners) == [8, 8], owners
+    # Both dispatchers share the partitions, locked over their direct sessions.
+    wait_for(
+        lambda: partition_locks_by_session(sql) == [8, 8],
+        timeout=30,
+        message="the partitions shared 8 and 8",
+    )
     # The work itself went through the pooler, on its engine entry.
     assert bouncer.transactions(f"{bouncer.database}_engine") > 3 * SCHEDULED
     assert "no such database" not in bouncer.log()

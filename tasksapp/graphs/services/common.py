@@ -13,6 +13,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from tasksapp.engine.models import Delivery
+from tasksapp.engine.options import JobOptions
 from tasksapp.engine.retry import validate_policy
 from tasksapp.engine.services import JobInputError, job_schedule
 from tasksapp.engine.store import job_store
@@ -143,16 +144,27 @@ def task_jobs_create(graph, runs: Sequence, *, run_at: dt.datetime) -> list[int]
     return [ids[job.idempotency_key] for job in jobs]
 
 
-def _time_limit(task: str) -> float | None:
-    """The task's own time limit, if it declares one."""
+def _task_options(task: str) -> JobOptions | None:
+    """The task's own options, if it declares any."""
     try:
-        options = default_registry.get(task).options
+        return default_registry.get(task).options
     except GraphTaskError:  # no longer registered: its run records that
         return None
-    return None if options is None else options.time_limit
 
 
 def _task_job(graph, run, run_at: dt.datetime) -> NewJob:
+    """The child job of a task: retried by the graph's rules, routed and limited in time by
+    the task's own options (its queue, priority and concurrency key, its time limit)."""
+    options = _task_options(run.task)
+    routing = (
+        {}
+        if options is None
+        else {
+            "queue": options.queue,
+            "priority": options.priority,
+            "concurrency_key": options.concurrency_key,
+        }
+    )
     return NewJob(
         handler=TASK_HANDLER,
         run_at=run_at,
@@ -160,8 +172,9 @@ def _task_job(graph, run, run_at: dt.datetime) -> NewJob:
         max_attempts=TASK_JOB_ATTEMPTS,
         retry_policy=TASK_JOB_POLICY,
         delivery=Delivery.TRANSACTIONAL,
-        time_limit=_time_limit(run.task),
+        time_limit=None if options is None else options.time_limit,
         idempotency_key=task_job_key(graph, run),
+        **routing,
     )
 
 
