@@ -90,6 +90,11 @@ class Host:
         for rule in self._drop_rules(port):
             self._iptables("-D", *rule)
 
+    def lose(self, share: float) -> None:
+        """Drop this share of the host's incoming packets, at random (a lossy link)."""
+        rule = ["INPUT", "-m", "statistic", "--mode", "random", "--probability", str(share)]
+        self._iptables("-A", *rule, "-j", "DROP")
+
     def _iptables(self, *args: str) -> None:
         subprocess.run(["ip", "netns", "exec", self.ns, "iptables", *args], check=True)
 

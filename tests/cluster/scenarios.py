@@ -216,3 +216,17 @@ def redis_cut(rig: Rig) -> Figures:
         assert all(len(done) == 1 for done in effects(conn, in_flight).values())
         rig.heal_redis("h3")
         return Figures(takeover, late_jobs(conn), worst_lag, rejoin(conn, rig))
+
+
+def lossy_links(rig: Rig, *, share: float = 0.05) -> Figures:
+    """Every host loses a share of its packets (TCP resends them): slower round trips,
+    but every job runs once and none early; the hosts keep their partitions."""
+    with rig.connect() as conn:
+        create_tables(conn)
+        start_everywhere(rig, conn)
+        for host in rig.hosts:
+            host.lose(share)
+        insert_jobs(conn, count=STREAM, start=2, spread=30)
+        worst_lag = assert_stream_ran_once_on_time(conn, STREAM)
+        assert sorted(partitions_by_host(conn, rig).values()) == [5, 5, 6]
+        return Figures(0.0, late_jobs(conn), worst_lag, 0.0)

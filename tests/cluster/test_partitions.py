@@ -5,7 +5,7 @@ scenario checks). The figures printed are recorded in docs/BENCHMARKS.md, "Parti
 import pytest
 
 from tests.cluster.rig import Rig, rig_unavailable
-from tests.cluster.scenarios import postgres_cut, redis_cut
+from tests.cluster.scenarios import lossy_links, postgres_cut, redis_cut
 
 pytestmark = [
     pytest.mark.processes,
@@ -26,3 +26,11 @@ def test_a_host_cut_off_from_postgres_hands_over_its_partitions_and_rejoins(rig)
 
 def test_a_host_cut_off_from_redis_hands_over_its_partitions_and_rejoins(rig):
     print(f"redis cut from h3: {redis_cut(rig)}")
+
+
+def test_lossy_links_slow_jobs_down_but_run_each_once(rig):
+    figures = lossy_links(rig)
+    print(
+        f"5 % packet loss on every host: {figures.late_jobs} of 120 jobs over 1 s late,"
+        f" at most {figures.worst_lag_s:.2f} s"
+    )
