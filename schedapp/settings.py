@@ -326,7 +326,7 @@ TEMPO = {
     "DISPATCH_LEAD_MS": env.int("TEMPO_DISPATCH_LEAD_MS", default=40),
     # ... plus this many round trips to the database, as the dispatcher measures them: a
     # claim, its message and the start take several (tasksapp/engine/dispatcher/loop.py).
-    "DISPATCH_LEAD_ROUND_TRIPS": env.float("TEMPO_DISPATCH_LEAD_ROUND_TRIPS", default=8.0),
+    "DISPATCH_LEAD_ROUND_TRIPS": env.float("TEMPO_DISPATCH_LEAD_ROUND_TRIPS", default=12.0),
     # A claimed job must be started by a worker within this time, or it is returned.
     "CLAIM_TTL_SECONDS": env.float("TEMPO_CLAIM_TTL_SECONDS", default=10.0),
     # A running job's lease; the worker renews it every third of it.

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psycopg
 
+from tests.cluster.delay_proxy import DelayProxy
 from tests.processes.support import Cluster, PrivatePostgres, PrivateRedis, migrate
 
 
@@ -103,7 +104,9 @@ class Rig:
     """`hosts` simulated hosts, a PostgreSQL and a Redis of the rig's own, and on each
     host a `Cluster` whose processes run in its namespace."""
 
-    def __init__(self, *, hosts: int, logs: Path, **settings: str) -> None:
+    def __init__(
+        self, *, hosts: int, logs: Path, round_trip_ms: float = 0.0, **settings: str
+    ) -> None:
         tag = uuid.uuid4().hex[:5]
         net = random.randint(16, 31)  # 172.16/12: no clash with the test's other namespaces
         self.network = f"172.{net}.0.0/16"
@@ -119,6 +122,10 @@ class Rig:
             for i in range(1, hosts + 1)
         ]
         self.logs = logs
+        # Latency between the hosts and the servers: a delaying proxy on each host's link
+        # (this kernel may lack `tc netem`), half the round trip each way.
+        self.round_trip_ms = round_trip_ms
+        self.proxies: list[DelayProxy] = []
         self.settings = settings
         self.postgres: PrivatePostgres | None = None
         self.redis: PrivateRedis | None = None
@@ -136,9 +143,10 @@ class Rig:
             migrate(self.postgres.url)
             self.redis = PrivateRedis(bind=" ".join(["127.0.0.1", *gateways])).start()
             for host in self.hosts:
+                pg_port, redis_port = self._ports(host)
                 self.clusters[host.name] = Cluster(
-                    database_url=(f"postgres://postgres@{host.gateway}:{self.postgres.port}/tempo"),
-                    broker_url=f"redis://{host.gateway}:{self.redis.port}/0",
+                    database_url=f"postgres://postgres@{host.gateway}:{pg_port}/tempo",
+                    broker_url=f"redis://{host.gateway}:{redis_port}/0",
                     queue="tempo",
                     logs=self.logs,
                     netns=host.ns,
@@ -148,6 +156,23 @@ class Rig:
             self.stop()
             raise
         return self
+
+    def _ports(self, host: Host) -> tuple[int, int]:
+        """Where a host reaches PostgreSQL and Redis: the servers themselves, or delaying
+        proxies listening on its link."""
+        assert self.postgres is not None and self.redis is not None
+        if not self.round_trip_ms:
+            return self.postgres.port, self.redis.port
+        ports = []
+        for port in (self.postgres.port, self.redis.port):
+            proxy = DelayProxy(
+                target=f"127.0.0.1:{port}",
+                delay_ms=self.round_trip_ms / 2,
+                listen=f"{host.gateway}:0",
+            )
+            self.proxies.append(proxy)
+            ports.append(proxy.port)
+        return ports[0], ports[1]
 
     def host(self, name: str) -> Host:
         return next(host for host in self.hosts if host.name == name)
@@ -189,6 +214,8 @@ class Rig:
                 if process.poll() is None:
                     process.kill()
                     process.wait(timeout=10)
+        for proxy in self.proxies:
+            proxy.stop()
         if self.redis is not None:
             self.redis.stop()
         if self.postgres is not None:

@@ -5,7 +5,7 @@ scenario checks). The figures printed are recorded in docs/BENCHMARKS.md, "Parti
 import pytest
 
 from tests.cluster.rig import Rig, rig_unavailable
-from tests.cluster.scenarios import lossy_links, postgres_cut, redis_cut
+from tests.cluster.scenarios import far_from_the_servers, lossy_links, postgres_cut, redis_cut
 
 pytestmark = [
     pytest.mark.processes,
@@ -33,4 +33,17 @@ def test_lossy_links_slow_jobs_down_but_run_each_once(rig):
     print(
         f"5 % packet loss on every host: {figures.late_jobs} of 120 jobs over 1 s late,"
         f" at most {figures.worst_lag_s:.2f} s"
+    )
+
+
+@pytest.mark.parametrize("round_trip_ms", [2, 25], ids=["2ms", "25ms"])
+def test_hosts_a_round_trip_away_start_each_job_once_and_on_time(tmp_path, round_trip_ms):
+    rig = Rig(hosts=3, logs=tmp_path, round_trip_ms=round_trip_ms).start()
+    try:
+        figures = far_from_the_servers(rig)
+    finally:
+        rig.stop()
+    print(
+        f"{round_trip_ms} ms round trip: {figures.late_jobs} of 120 jobs over 100 ms late,"
+        f" the latest {figures.worst_lag_s * 1000:.0f} ms after its run time"
     )
