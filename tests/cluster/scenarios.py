@@ -22,8 +22,9 @@ PARTITION_CLASS = 7_316_001  # tasksapp.engine.sql.PARTITION_LOCK_CLASS
 # The rig's processes coordinate every 0.5 s: a peer silent for ten rounds (5 s) is ended
 # by the others; with the default 2 s rounds that is 20 s. Slack for a loaded machine.
 TAKEOVER_BOUND_S = 30.0
-BLOCK_S = 40.0  # the first attempt of the in-flight jobs blocks this long
-STREAM = 120  # jobs due evenly over 30 s from 2 s before the cut
+BLOCK_S = 20.0  # the first attempt of the in-flight jobs blocks this long
+STREAM = 120  # jobs due evenly over 20 s from 2 s before the cut
+SPREAD_S = 20.0
 MODES = ("transactional", "at_least_once", "at_most_once")
 RECORD = "tests.handlers.recording.record"
 
@@ -196,7 +197,7 @@ def postgres_cut(rig: Rig) -> Figures:
         in_flight_everywhere(conn, every_id)
         cut_pid = rig.pid("w-h3")
         assert first_attempts_on(conn, every_id, cut_pid), "nothing in flight on h3"
-        insert_jobs(conn, count=STREAM, start=2, spread=30)
+        insert_jobs(conn, count=STREAM, start=2, spread=SPREAD_S)
         rig.cut_postgres("h3")
         takeover = take_over(conn, rig)
         assert_each_mode_held(conn, in_flight, cut_pid)
@@ -214,7 +215,7 @@ def redis_cut(rig: Rig) -> Figures:
         start_everywhere(rig, conn)
         in_flight = insert_blocking(conn, count=9, delivery="transactional", start=0.5, block=8)
         in_flight_everywhere(conn, in_flight)
-        insert_jobs(conn, count=STREAM, start=2, spread=30)
+        insert_jobs(conn, count=STREAM, start=2, spread=SPREAD_S)
         rig.cut_redis("h3")
         takeover = take_over(conn, rig)
         worst_lag = assert_stream_ran_once_on_time(conn, STREAM)
@@ -236,7 +237,7 @@ def lossy_links(rig: Rig, *, share: float = 0.05) -> Figures:
         start_everywhere(rig, conn)
         for host in rig.hosts:
             host.lose(share)
-        insert_jobs(conn, count=STREAM, start=2, spread=30)
+        insert_jobs(conn, count=STREAM, start=2, spread=SPREAD_S)
         worst_lag = assert_stream_ran_once_on_time(conn, STREAM)
         assert partitions_by_session(conn) == [5, 5, 6]
         return Figures(0.0, late_jobs(conn), worst_lag, 0.0)
@@ -248,6 +249,6 @@ def far_from_the_servers(rig: Rig) -> Figures:
     with rig.connect() as conn:
         create_tables(conn)
         start_everywhere(rig, conn)
-        insert_jobs(conn, count=STREAM, start=3, spread=30)
+        insert_jobs(conn, count=STREAM, start=3, spread=SPREAD_S)
         worst_lag = assert_stream_ran_once_on_time(conn, STREAM)
         return Figures(0.0, late_jobs(conn, over_s=0.1), worst_lag, 0.0)

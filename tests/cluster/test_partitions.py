@@ -36,8 +36,8 @@ def test_lossy_links_slow_jobs_down_but_run_each_once(rig):
     )
 
 
-@pytest.mark.parametrize("round_trip_ms", [2, 25], ids=["2ms", "25ms"])
-def test_hosts_a_round_trip_away_start_each_job_once_and_on_time(tmp_path, round_trip_ms):
+def test_hosts_a_round_trip_away_start_each_job_once_and_on_time(tmp_path):
+    round_trip_ms = 25
     rig = Rig(hosts=3, logs=tmp_path, round_trip_ms=round_trip_ms).start()
     try:
         figures = far_from_the_servers(rig)

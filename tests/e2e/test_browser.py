@@ -180,7 +180,8 @@ def test_login_and_live_overview(browser, live_server, viewer, shots):
     )
     assert tiles["scheduled"].startswith("120")
     assert "dispatcher-1" in browser.page_source and "worker-b" in browser.page_source
-    wait(browser, lambda d: d.execute_script("return Object.keys(Chart.instances).length") == 2)
+    # Throughput, the 90-day history and the cost charts.
+    wait(browser, lambda d: d.execute_script("return Object.keys(Chart.instances).length") == 3)
     shots(browser, "02-overview")
     # Live: a new job appears in the tiles at the next refresh, without reloading the page.
     make_job()
@@ -228,7 +229,8 @@ def test_recurring_task_plan(browser, live_server, viewer, shots):
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#member-runs li"))
     runs = browser.find_elements(By.CSS_SELECTOR, "#member-runs li")
     assert len(runs) == 5
-    wait(browser, lambda d: d.execute_script("return Object.keys(Chart.instances).length") == 2)
+    # Members per slice, load per slice and the task's history.
+    wait(browser, lambda d: d.execute_script("return Object.keys(Chart.instances).length") == 3)
     strip_width = browser.execute_script("return document.getElementById('strip').width")
     assert strip_width > 0
     slices = browser.find_elements(By.CSS_SELECTOR, "#slices tr")

@@ -1,6 +1,6 @@
 """RabbitMQ as the Celery broker: the crash tests of test_crash.py — a dispatcher killed
-holding claims, a worker killed mid-run in each delivery mode, a graceful stop, a
-duplicated message, a job started on time — run again with an AMQP broker. Each module
+holding claims, a worker killed mid-run in each delivery mode, a duplicated message —
+run again with an AMQP broker. Each module
 run gets a virtual host of its own on the shared RabbitMQ, deleted afterwards."""
 
 import shutil
@@ -11,10 +11,8 @@ import pytest
 
 from tests.processes.test_crash import (  # noqa: F401  (collected here, on RabbitMQ)
     test_a_duplicated_message_does_not_start_a_job_twice,
-    test_a_job_scheduled_for_now_starts_within_100_ms,
     test_a_killed_dispatchers_unstarted_claims_are_claimed_again_by_the_survivors,
     test_a_worker_killed_mid_run_per_delivery_mode,
-    test_graceful_sigterm_leaves_no_job_claimed_by_the_stopped_dispatcher,
 )
 
 AMQP = "amqp://guest:guest@127.0.0.1:5672"
