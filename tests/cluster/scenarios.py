@@ -15,10 +15,16 @@ from dataclasses import dataclass
 
 from tests.cluster.rig import Rig
 from tests.handlers.recording import KEYED_EFFECTS_TABLE, STARTED_TABLE
-from tests.processes.inflight import effects, insert_blocking, jobs, starts
-from tests.processes.support import EFFECTS_TABLE, effect_counts, insert_jobs, wait_for
+from tests.processes.inflight import effects, insert_blocking, jobs, starts, wait_until_running
+from tests.processes.support import (
+    EFFECTS_TABLE,
+    PARTITION_LOCK_CLASS,
+    effect_counts,
+    insert_jobs,
+    partitions_by_session,
+    wait_for,
+)
 
-PARTITION_CLASS = 7_316_001  # tasksapp.engine.sql.PARTITION_LOCK_CLASS
 # The rig's processes coordinate every 0.5 s: a peer silent for ten rounds (5 s) is ended
 # by the others; with the default 2 s rounds that is 20 s. Slack for a loaded machine.
 TAKEOVER_BOUND_S = 30.0
@@ -44,18 +50,8 @@ class Figures:
 
 
 def partitions_by_host(conn, rig: Rig) -> dict[str, int]:
-    by_address = dict(conn.execute(PARTITIONS_BY_ADDRESS, [PARTITION_CLASS]).fetchall())
+    by_address = dict(conn.execute(PARTITIONS_BY_ADDRESS, [PARTITION_LOCK_CLASS]).fetchall())
     return {host.name: by_address.get(host.address, 0) for host in rig.hosts}
-
-
-def partitions_by_session(conn) -> list[int]:
-    """Partitions held per dispatcher session (whatever address it comes from)."""
-    rows = conn.execute(
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
-        " AND classid = %s GROUP BY pid",
-        [PARTITION_CLASS],
-    ).fetchall()
-    return sorted(count for (count,) in rows)
 
 
 def start_everywhere(rig: Rig, conn) -> None:
@@ -152,19 +148,6 @@ def late_jobs(conn, *, over_s: float = 1.0) -> int:
     ).fetchone()[0]
 
 
-def in_flight_everywhere(conn, ids: list[int]) -> None:
-    wait_for(
-        lambda: conn.execute(
-            "SELECT count(DISTINCT job_id) FROM test_started WHERE attempt = 1"
-            " AND job_id = ANY(%s)",
-            [ids],
-        ).fetchone()[0]
-        == len(ids),
-        timeout=30,
-        message="every in-flight handler running",
-    )
-
-
 def take_over(conn, rig: Rig) -> float:
     cut = time.monotonic()
     wait_for(
@@ -194,7 +177,7 @@ def postgres_cut(rig: Rig) -> Figures:
         start_everywhere(rig, conn)
         in_flight = insert_in_flight(conn)
         every_id = [job_id for ids in in_flight.values() for job_id in ids]
-        in_flight_everywhere(conn, every_id)
+        wait_until_running(conn, every_id)
         cut_pid = rig.pid("w-h3")
         assert first_attempts_on(conn, every_id, cut_pid), "nothing in flight on h3"
         insert_jobs(conn, count=STREAM, start=2, spread=SPREAD_S)
@@ -214,7 +197,7 @@ def redis_cut(rig: Rig) -> Figures:
         create_tables(conn)
         start_everywhere(rig, conn)
         in_flight = insert_blocking(conn, count=9, delivery="transactional", start=0.5, block=8)
-        in_flight_everywhere(conn, in_flight)
+        wait_until_running(conn, in_flight)
         insert_jobs(conn, count=STREAM, start=2, spread=SPREAD_S)
         rig.cut_redis("h3")
         takeover = take_over(conn, rig)

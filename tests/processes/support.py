@@ -412,3 +412,19 @@ class PrivatePgBouncer:
             self.process.terminate()
             self.process.wait(timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+PARTITION_LOCK_CLASS = 7_316_001  # tasksapp.engine.sql.PARTITION_LOCK_CLASS
+
+
+def partitions_by_session(conn: psycopg.Connection) -> list[int]:
+    """Partitions held per dispatcher session in this database, sorted (whatever address
+    a session comes from: a pooler, a proxy or a namespace)."""
+    rows = conn.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+        " AND classid = %s"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        " GROUP BY pid",
+        [PARTITION_LOCK_CLASS],
+    ).fetchall()
+    return sorted(count for (count,) in rows)

@@ -23,6 +23,7 @@ from tests.processes.support import (
     PrivatePgBouncer,
     effect_counts,
     outcome,
+    partitions_by_session,
     wait_for,
 )
 
@@ -34,7 +35,6 @@ pytestmark = [
 ]
 
 SCHEDULED = 60
-PARTITION_CLASS = 7_316_001  # tasksapp.engine.sql.PARTITION_LOCK_CLASS
 
 SCHEDULE = """
 import datetime as dt
@@ -66,17 +66,6 @@ def pooled(cluster, bouncer, db_url):
         TEMPO_SESSION_DATABASE_URL=db_url,
     )
     return cluster
-
-
-def partition_locks_by_session(conn) -> list[int]:
-    rows = conn.execute(
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
-        " AND classid = %s"
-        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-        " GROUP BY pid",
-        [PARTITION_CLASS],
-    ).fetchall()
-    return sorted(count for (count,) in rows)
 
 
 def schedule_through(url: str, count: int) -> None:
@@ -112,7 +101,7 @@ def test_jobs_run_exactly_once_through_a_transaction_pooler(pooled, bouncer, sql
     assert started_early == 0
     # Both dispatchers share the partitions, locked over their direct sessions.
     wait_for(
-        lambda: partition_locks_by_session(sql) == [8, 8],
+        lambda: partitions_by_session(sql) == [8, 8],
         timeout=30,
         message="the partitions shared 8 and 8",
     )

@@ -8,12 +8,17 @@ import signal
 
 import pytest
 
-from tests.processes.support import effect_counts, insert_jobs, outcome, wait_for
+from tests.processes.support import (
+    PARTITION_LOCK_CLASS,
+    effect_counts,
+    insert_jobs,
+    outcome,
+    wait_for,
+)
 
 pytestmark = pytest.mark.processes
 
 COUNT_CLASS = 7_316_003  # tasksapp.engine.sql.PARTITION_COUNT_CLASS
-PARTITION_CLASS = 7_316_001
 
 
 def partitions_in_use(conn) -> tuple[int | None, int]:
@@ -23,7 +28,7 @@ def partitions_in_use(conn) -> tuple[int | None, int]:
         " count(*) FILTER (WHERE classid = %s) FROM pg_locks"
         " WHERE locktype = 'advisory' AND granted"
         " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-        [COUNT_CLASS, PARTITION_CLASS],
+        [COUNT_CLASS, PARTITION_LOCK_CLASS],
     ).fetchone()
 
 
