@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from unittest import mock
 
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -22,6 +23,39 @@ os.environ.setdefault(
     "TEMPO_HANDLER_MODULES",
     "tasksapp.demo.handlers,tasksapp.recurring.handlers,tests.handlers.recording",
 )
+
+
+# What migrations made and no test changes: kept, so the post_migrate signal after each
+# flush (its only receivers make content types and permissions) has nothing to make.
+KEPT_TABLES = {"django_content_type", "auth_permission"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _flush_by_delete():
+    """After each transactional test Django empties every table with one TRUNCATE, which
+    makes new files for each of ~35 tables and their indexes, then sends post_migrate
+    (some 45 commits): 2-2.5 s a test on a loaded machine. DELETE of the few rows a test
+    leaves takes a tenth of that (every foreign key is deferrable, so the order of the
+    tables does not matter), and with KEPT_TABLES kept post_migrate is not needed."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    truncate = DatabaseOperations.sql_flush
+
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        if reset_sequences or not tables:
+            return truncate(
+                self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+            )
+        deletes = [
+            f"DELETE FROM {self.quote_name(table)}" for table in tables if table not in KEPT_TABLES
+        ]
+        return ["SET CONSTRAINTS ALL DEFERRED", *deletes]
+
+    with (
+        mock.patch.object(DatabaseOperations, "sql_flush", sql_flush),
+        mock.patch("django.core.management.commands.flush.emit_post_migrate_signal"),
+    ):
+        yield
 
 
 @pytest.fixture
@@ -101,3 +135,25 @@ def effects(db) -> Effects:
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE test_effects")
     return Effects()
+
+
+# Run with xdist (`-n 2 --dist loadgroup`, as bin/test does), the tests that start real
+# processes go to one worker, one after another: each measures bounds in seconds and
+# must not share two cores with another such test. The browser tests are one group too
+# (their module's browser is started once). Every other test runs on any worker.
+GROUPS_BY_PATH = {
+    "tests/processes/": "processes",
+    "tests/cluster/": "processes",
+    "tests/e2e/": "browser",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    root = f"{config.rootpath}/"
+    for item in items:
+        path = str(item.path).removeprefix(root)
+        group = next((g for prefix, g in GROUPS_BY_PATH.items() if path.startswith(prefix)), None)
+        if item.get_closest_marker("processes"):
+            group = "processes"
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
