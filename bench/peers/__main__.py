@@ -25,7 +25,7 @@ import psycopg
 import redis
 from tqdm import tqdm
 
-from bench.common import ROOT, machine, table, write_json
+from bench.common import ROOT, machine, percentile, table, write_json
 from bench.peers import schedulers
 from bench.peers.plan import Plan, make_plan
 from bench.peers.scoring import passed, per_job, score
@@ -44,6 +44,8 @@ COLUMNS = [
     "avg_ms",
     "stdev_ms",
     "efficient",
+    "p50_ms",
+    "p95_ms",
     "max_ms",
     "pass",
     "cost",
@@ -156,6 +158,8 @@ class Run:
         return {
             "scheduler": self.peer.label,
             **result,
+            "p50_ms": round(percentile(delays, 0.50), 1),
+            "p95_ms": round(percentile(delays, 0.95), 1),
             "max_ms": round(max(delays), 1) if delays else 0,
             "pass": "yes" if passed(result) else "no",
             **cost,
