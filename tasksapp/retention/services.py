@@ -29,6 +29,7 @@ from tasksapp.engine.models import FINAL_STATES, Dispatcher, DispatcherCounter, 
 from tasksapp.graphs.models import GRAPH_FINAL_STATES, GraphRun, TaskRun
 from tasksapp.recurring.models import RecurringTask, SlicePlan
 from tasksapp.recurring.selectors.schedules import slice_plan_last_key
+from tasksapp.retention.indexes import index_rebuild_bloated
 from tasksapp.retention.models import HOUR, MINUTE, SPANS, JobRollup, RollupMark
 from tasksapp.retention.settings import RetentionSettings, retention_settings
 from tasksapp.retention.store import FinishedRule, bucket_start, delete_rows, retention_store
@@ -46,17 +47,18 @@ def _no_progress(what: str, removed: int) -> None:
 
 @dataclass
 class RetentionReport:
-    """What one run did: rows removed per kind."""
+    """What one run did: rows removed per kind, indexes rebuilt."""
 
     rolled_until: dt.datetime | None = None
     removed: dict[str, int] = field(default_factory=dict)
+    rebuilt: list[str] = field(default_factory=list)
 
     def add(self, what: str, count: int) -> None:
         self.removed[what] = self.removed.get(what, 0) + count
 
     def as_dict(self) -> dict:
         until = self.rolled_until.isoformat() if self.rolled_until else None
-        return {"rolled_until": until, "removed": dict(self.removed)}
+        return {"rolled_until": until, "removed": dict(self.removed), "rebuilt": self.rebuilt}
 
 
 # --- rollups ------------------------------------------------------------------------------
@@ -123,7 +125,8 @@ def retention_run(
     *, now: dt.datetime | None = None, progress: Progress = _no_progress
 ) -> RetentionReport:
     """Roll up, then remove everything past its age in batches of `BATCH_SIZE`, pausing
-    `BATCH_PAUSE_SECONDS` between statements. `progress(kind, n)` hears of each batch."""
+    `BATCH_PAUSE_SECONDS` between statements, then rebuild the jobs table's bloated
+    indexes. `progress(kind, n)` hears of each batch."""
     now = now or timezone.now()
     cfg = retention_settings()
     report = RetentionReport(rolled_until=rollup_write(now=now))
@@ -145,6 +148,7 @@ def retention_run(
     drain("slice_plans", lambda: _slice_plan_batch(now, cfg))
     for kind, rows in _dated_rows(cfg, now):
         drain(kind, lambda rows=rows: _raw_batch(rows, cfg.batch_size))
+    report.rebuilt = index_rebuild_bloated(cfg=cfg)
     return report
 
 

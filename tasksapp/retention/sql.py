@@ -117,3 +117,35 @@ WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p'
   AND c.relname = ANY(%(tables)s)
 ORDER BY pg_total_relation_size(c.oid) DESC
 """
+
+# The jobs table's valid B-tree indexes, each with its size, its entries (as the last
+# VACUUM, ANALYZE or REINDEX counted them) and the average width of its columns (the
+# planner's statistics, INCLUDE columns too): what `index_bloat` needs. No statistics
+# yet: width NULL.
+JOB_INDEXES = f"""
+SELECT c.relname, pg_relation_size(c.oid), c.reltuples,
+       (SELECT sum(s.avg_width) FROM unnest(i.indkey::int2[]) AS k(attnum)
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+        JOIN pg_stats s ON s.schemaname = current_schema() AND s.tablename = '{JOB_TABLE}'
+                       AND s.attname = a.attname)
+FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_am am ON am.oid = c.relam AND am.amname = 'btree'
+WHERE i.indrelid = '{JOB_TABLE}'::regclass AND i.indisvalid
+ORDER BY pg_relation_size(c.oid) DESC
+"""
+
+# A REINDEX CONCURRENTLY of the jobs table running now (another retention run's).
+REBUILDING = f"""
+SELECT EXISTS (SELECT 1 FROM pg_stat_progress_create_index
+               WHERE relid = '{JOB_TABLE}'::regclass)
+"""
+
+# What an interrupted REINDEX CONCURRENTLY leaves: the invalid new index (`_ccnew`) or
+# the invalid old one (`_ccold`). Both are dropped (PostgreSQL's advice); the rebuild is
+# tried again when the index is still bloated.
+FAILED_REBUILDS = f"""
+SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE i.indrelid = '{JOB_TABLE}'::regclass AND NOT i.indisvalid
+  AND c.relname ~ '_cc(new|old)[0-9]*$'
+"""

@@ -60,6 +60,16 @@ class TableSize:
     last_autovacuum: dt.datetime | None
 
 
+@dataclass(frozen=True)
+class IndexStats:
+    """One B-tree index of the jobs table, as `index_bloat` reads it."""
+
+    name: str
+    size_bytes: int
+    entries: float  # the catalog's count (-1: never counted)
+    width: float | None  # average width of its columns; None: no statistics yet
+
+
 class RetentionStore(Protocol):
     def aggregate(self, *, span: int, since: dt.datetime, until: dt.datetime) -> list[RollupRow]:
         """Jobs finished in [since, until), as rollup rows of `span` seconds."""
@@ -74,6 +84,22 @@ class RetentionStore(Protocol):
         ...
 
     def table_sizes(self, tables: Sequence[str]) -> list[TableSize]: ...
+
+    def job_indexes(self) -> list[IndexStats]:
+        """The jobs table's B-tree indexes (none where indexes are not rebuilt)."""
+        ...
+
+    def rebuilding(self) -> bool:
+        """Whether a rebuild of a jobs table index is running now."""
+        ...
+
+    def drop_failed_rebuilds(self) -> list[str]:
+        """Drop what interrupted rebuilds left; their names."""
+        ...
+
+    def reindex(self, name: str) -> None:
+        """Rebuild one index of the jobs table without blocking writes."""
+        ...
 
 
 def bucket_start(moment: dt.datetime, span: int) -> dt.datetime:
@@ -111,6 +137,33 @@ class PostgresRetentionStore:
         with connection.cursor() as cursor:
             cursor.execute(sql.TABLE_SIZES, {"tables": list(tables)})
             return [TableSize(*row) for row in cursor.fetchall()]
+
+    def job_indexes(self) -> list[IndexStats]:
+        with connection.cursor() as cursor:
+            cursor.execute(sql.JOB_INDEXES)
+            return [
+                IndexStats(name, size, float(entries), None if width is None else float(width))
+                for name, size, entries, width in cursor.fetchall()
+            ]
+
+    def rebuilding(self) -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(sql.REBUILDING)
+            return bool(cursor.fetchone()[0])
+
+    def drop_failed_rebuilds(self) -> list[str]:
+        with connection.cursor() as cursor:
+            cursor.execute(sql.FAILED_REBUILDS)
+            names = [name for (name,) in cursor.fetchall()]
+            for name in names:
+                cursor.execute(
+                    f"DROP INDEX CONCURRENTLY IF EXISTS {connection.ops.quote_name(name)}"
+                )
+            return names
+
+    def reindex(self, name: str) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"REINDEX INDEX CONCURRENTLY {connection.ops.quote_name(name)}")
 
 
 class SqliteRetentionStore:
@@ -176,6 +229,18 @@ class SqliteRetentionStore:
 
     def table_sizes(self, tables: Sequence[str]) -> list[TableSize]:
         return []
+
+    def job_indexes(self) -> list[IndexStats]:
+        return []  # SQLite's embedded databases are small; VACUUM rewrites them whole
+
+    def rebuilding(self) -> bool:
+        return False
+
+    def drop_failed_rebuilds(self) -> list[str]:
+        return []
+
+    def reindex(self, name: str) -> None:
+        raise NotImplementedError("indexes are rebuilt only on PostgreSQL")
 
 
 def delete_rows(rows) -> int:
