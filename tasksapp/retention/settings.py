@@ -4,7 +4,6 @@ is said where it is defined (schedapp/settings.py)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 from dataclasses import dataclass, field
 
@@ -85,10 +84,6 @@ class RetentionSettings:
             reindex_bloat=float(raw["REINDEX_BLOAT"]),
             reindex_min_mb=float(raw["REINDEX_MIN_MB"]),
         )
-
-    def job_age(self, state: str, handler: str | None = None) -> dt.timedelta:
-        days = self.handler_days.get(handler or "", {}).get(state, self.job_days[state])
-        return dt.timedelta(days=days)
 
 
 @functools.cache

@@ -83,8 +83,28 @@ SELECT DISTINCT task_id::text AS task, period::text AS period
 FROM tasksapp_sliceplan WHERE ends_at + period_length > %(now)s
 """
 
-# One batch of finished jobs of `states` that finished before `before`, limited to
-# `handlers` (NULL: any) and never of `except_handlers` (they have their own ages). Never
+# A finished job's recurring task as retention groups jobs: the payload's text, "" for
+# none. The same expression as job_retention_idx's (migration 0015), so the index serves.
+TASK_OF = "COALESCE(payload ->> 'recurring_task_id', '')"
+
+# The (handler, recurring task, state) groups of finished jobs, read as a loose index scan
+# of job_retention_idx: one probe per group, however many rows each holds.
+FINISHED_GROUPS = f"""
+WITH RECURSIVE grp AS (
+    (SELECT handler, {TASK_OF} AS task, state FROM {JOB_TABLE}
+     WHERE finished_at IS NOT NULL ORDER BY 1, 2, 3 LIMIT 1)
+    UNION ALL
+    SELECT next.handler, next.task, next.state FROM grp, LATERAL (
+        SELECT handler, {TASK_OF} AS task, state FROM {JOB_TABLE}
+        WHERE finished_at IS NOT NULL
+          AND (handler, {TASK_OF}, state) > (grp.handler, grp.task, grp.state)
+        ORDER BY 1, 2, 3 LIMIT 1) next
+)
+SELECT handler, task, state FROM grp WHERE state IN ({FINAL})
+"""
+
+# One batch of one group's jobs that finished before `before`: a range of
+# job_retention_idx, oldest first, so rows other groups keep longer are never read. Never
 # removed: a job a graph run points at (its graph's retention removes it with the run),
 # a planned job whose slice plan is still open, a job not rolled up yet (`before` is
 # never after the rollup mark).
@@ -92,10 +112,10 @@ DELETE_FINISHED = f"""
 WITH open_occurrences AS ({_OPEN_OCCURRENCES}),
 doomed AS (
     SELECT c.id FROM {JOB_TABLE} c
-    WHERE c.finished_at < %(before)s
-      AND c.state = ANY(%(states)s::text[])
-      AND (%(handlers)s::text[] IS NULL OR c.handler = ANY(%(handlers)s::text[]))
-      AND NOT c.handler = ANY(%(except_handlers)s::text[])
+    WHERE c.handler = %(handler)s
+      AND COALESCE(c.payload ->> 'recurring_task_id', '') = %(task)s
+      AND c.state = %(state)s
+      AND c.finished_at IS NOT NULL AND c.finished_at < %(before)s
       AND NOT EXISTS (SELECT 1 FROM tasksapp_graphrun g WHERE g.job_id = c.id)
       AND NOT EXISTS (SELECT 1 FROM tasksapp_taskrun t WHERE t.job_id = c.id)
       AND NOT EXISTS (SELECT 1 FROM open_occurrences o
@@ -106,6 +126,13 @@ doomed AS (
     FOR UPDATE OF c SKIP LOCKED
 )
 DELETE FROM {JOB_TABLE} j USING doomed WHERE j.id = doomed.id
+"""
+
+# How many jobs of one group finished before `before` (what a run would remove at most).
+COUNT_FINISHED = f"""
+SELECT count(*) FROM {JOB_TABLE}
+WHERE handler = %(handler)s AND {TASK_OF} = %(task)s AND state = %(state)s
+  AND finished_at IS NOT NULL AND finished_at < %(before)s
 """
 
 # Sizes of the hot tables and their indexes (the dashboard's system section).
