@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any
 
+from tasksapp.engine.ages import RetentionAgesError, retention_ages
+
 ERR_HANDLER_PATH = "handler must be a dotted name such as 'package.module.function'."
 ERR_HANDLER_UNKNOWN = (
     "handler '{name}' is not registered. Declare it with @job_handler "
@@ -163,11 +165,9 @@ class HandlerRegistry:
 
 
 def _validated_ages(retention: Any) -> dict[str, float]:
-    from tasksapp.engine.options import JobOptionsError, validated_retention  # imports us
-
     try:
-        return validated_retention(retention)
-    except JobOptionsError as exc:
+        return retention_ages(retention)
+    except RetentionAgesError as exc:
         raise HandlerError(str(exc)) from exc
 
 

@@ -13,9 +13,10 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from tasksapp.engine.ages import RetentionAgesError, retention_ages
 from tasksapp.engine.handlers import HandlerError, resolve_handler
 from tasksapp.engine.jsonvalues import JsonValueError, checked_json
-from tasksapp.engine.models import FINAL_STATES, Delivery
+from tasksapp.engine.models import Delivery
 from tasksapp.engine.retry import RetryPolicyError, validate_policy
 from tasksapp.engine.settings import DEFAULT_QUEUE, tempo_settings
 
@@ -30,13 +31,8 @@ ERR_QUEUE = (
 )
 ERR_PRIORITY = "priority must be an integer from 0 (lowest) to 9 (highest), or one of: {names}."
 ERR_CONCURRENCY_KEY = "concurrency_key must be a string of at most 200 characters."
-ERR_RETENTION = (
-    "retention must map finished states ({states}) to days from 0.01 to 36500, such as "
-    '{{"succeeded": 3, "dead": 60}}; {{}} keeps the defaults.'
-)
 
 MAX_ATTEMPTS = 1000
-MIN_RETENTION_DAYS, MAX_RETENTION_DAYS = 0.01, 36_500.0
 MAX_KEY_LENGTH = 200
 QUEUE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 # Priorities: 0 lowest, 9 highest; named levels are stored as their numbers.
@@ -103,20 +99,10 @@ def validated_retry_policy(policy: Any) -> dict[str, Any]:
 def validated_retention(retention: Any) -> dict[str, float]:
     """How long finished jobs are kept, in days per finished state (a recurring task's or
     a handler's own ages); None or {} keeps the defaults."""
-    if retention is None:
-        return {}
-    valid = (
-        isinstance(retention, dict)
-        and set(retention) <= set(FINAL_STATES)
-        and all(
-            _is_number(days) and MIN_RETENTION_DAYS <= days <= MAX_RETENTION_DAYS
-            for days in retention.values()
-        )
-    )
-    if not valid:
-        states = ", ".join(FINAL_STATES)
-        raise JobOptionsError("retention", ERR_RETENTION.format(states=states))
-    return {state: float(retention[state]) for state in FINAL_STATES if state in retention}
+    try:
+        return retention_ages(retention)
+    except RetentionAgesError as exc:
+        raise JobOptionsError("retention", str(exc)) from exc
 
 
 def _validated_max_attempts(max_attempts: Any) -> int:
