@@ -24,7 +24,7 @@ SELECT 'tests.handlers.recording.noop', '{}', now() - i * interval '1 s',
     '', '', '[]', 'default', 5, ''
 FROM generate_series(1, %(rows)s) AS i
 """
-ROWS = 20_000
+ROWS = 5_000
 
 
 def _sizes() -> dict[str, int]:
@@ -71,7 +71,7 @@ def test_bloated_indexes_are_rebuilt_to_their_fresh_size_and_then_left_alone():
         cursor.execute("DELETE FROM tasksapp_job WHERE id % 50 <> 0")  # a few rows pin pages
     _vacuum()
     before = _sizes()
-    cfg = _settings(reindex_bloat=1.5, reindex_min_mb=0.1)
+    cfg = _settings(reindex_bloat=1.5, reindex_min_mb=0.05)
     estimate = {index.name: index_bloat(index) for index in retention_store().job_indexes()}
 
     rebuilt = index_rebuild_bloated(cfg=cfg)
