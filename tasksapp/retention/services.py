@@ -121,7 +121,7 @@ def finished_rules(
     now: dt.datetime,
     rolled_until: dt.datetime,
 ) -> Iterator[FinishedRule]:
-    """One rule per group of finished jobs, at its age (`job_ages`): a recurring task's
+    """One rule per group of finished jobs, at its age (`job_days`): a recurring task's
     own, else its handler's, else the default. No rule reaches past the rollup mark."""
     task_ages = recurring_task_ages()
     handler_ages = registry.retention()
