@@ -438,4 +438,9 @@ TEMPO_RETENTION = {
     # its row locks for long, and claims go on between them.
     "BATCH_SIZE": env.int("TEMPO_RETENTION_BATCH_SIZE", default=1000),
     "BATCH_PAUSE_SECONDS": env.float("TEMPO_RETENTION_BATCH_PAUSE_SECONDS", default=0.05),
+    # A B-tree index of the jobs table keeps pages a few long-kept rows pin after a
+    # delete: a run rebuilds (REINDEX CONCURRENTLY) one this many times larger than a
+    # fresh build of its entries would be (0: never), if it is at least REINDEX_MIN_MB.
+    "REINDEX_BLOAT": env.float("TEMPO_RETENTION_REINDEX_BLOAT", default=1.5),
+    "REINDEX_MIN_MB": env.float("TEMPO_RETENTION_REINDEX_MIN_MB", default=32.0),
 }

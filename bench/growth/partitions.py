@@ -166,8 +166,8 @@ def run(*, db_prefix: str, rows_per_day: int = 100_000, days: int = 8) -> dict:
 
         def delete_batches() -> int:
             params = {
-                "before": oldest_end, "states": ["succeeded"], "handlers": None,
-                "except_handlers": [], "now": today, "batch": 5000,
+                "handler": "tasksapp.recurring.handlers.sync_member", "task": "1",
+                "state": "succeeded", "before": oldest_end, "now": today, "batch": 5000,
             }  # fmt: skip
             statements = 0
             while True:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench.common import RESULTS, table
 
-SHOWN_DAYS = (1, 5, 8, 10, 20, 30, 40, 50, 60)
+SHOWN_DAYS = (1, 5, 8, 10, 15, 20, 25, 30, 35, 40, 50, 60)
 COLUMNS = [
     "day",
     "job_rows",
@@ -124,8 +124,40 @@ def main_from_log(path: str, members: int = 100_000) -> None:
     print(f"plot: {PLOT}")
 
 
+REBUILT = re.compile(r"(\w+)\s+day\s+(\d+):.*, rebuilt (\d+)")
+
+
+def main_rebuilds(*logs: str, members: int = 100_000) -> None:
+    """The runs with index rebuilds, from their printed lines (stopped before day 60),
+    against the runs of growth.json: tables, results/growth-rebuilds.json and the plot."""
+    from bench.growth.__main__ import PLOT, plot
+
+    runs: dict[str, dict] = {}
+    for path in logs:
+        text = Path(path).read_text()
+        runs.update(from_log(path, members))
+        rebuilt = {(v, int(d)): int(n) for v, d, n in REBUILT.findall(text)}
+        for variant, result in runs.items():
+            for day in result["days"]:
+                day.setdefault("rebuilt", rebuilt.get((variant, day["day"]), 0))
+    for name, result in runs.items():
+        print(f"### {name}\n\n{variant_table(result)}\n")
+    print(f"### last day / day 10\n\n{ratio_table(runs)}\n")
+    (RESULTS / "growth-rebuilds.json").write_text(json.dumps({"variants": runs}, indent=1))
+    before = json.loads((RESULTS / "growth.json").read_text())["variants"]
+    shown = {"with retention, rebuilds (2026-11-25)": runs["retention"]}
+    if "none" in runs:  # ran beside it, under the same load
+        shown["without retention (2026-11-25)"] = runs["none"]
+    shown["with retention, no rebuilds (2026-11-24)"] = before["retention"]
+    shown["without retention (2026-11-24)"] = before["none"]
+    plot(shown, PLOT)
+    print(f"plot: {PLOT}")
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--from-log"]:
         main_from_log(sys.argv[2])
+    elif sys.argv[1:2] == ["--rebuilds"]:
+        main_rebuilds(*sys.argv[2:])
     else:
         main(*sys.argv[1:])

@@ -7,13 +7,13 @@ at 00:00) plans the day's 24 slices into jobs through the real set-based insert;
 day's occurrences are "run" by writing them finished with realistic timestamps (claimed
 40 ms before run_at, started 1-30 ms after it, finished 50 ms later; 1 % dead after three
 attempts), one UPDATE per simulated hour, instead of executing them; then retention runs
-once for the day (beat would run it every 5 minutes; `retention_run(now=end of day)`),
-or, without retention, only the rollups are written; then `VACUUM ANALYZE tasksapp_job`
-stands in for the day's autovacuum runs, in both variants (a compressed day lasts
-seconds, autovacuum's nap is a minute; and the shared bench server runs with autovacuum
-off, so without it the planner's statistics would describe day 1 for ever). The
-simulated calendar lies days ahead of the real clock, so none of its jobs is due for the
-probe below.
+once for the day (beat would run it every 5 minutes; `retention_run(now=end of day)`,
+which also rebuilds the jobs table's bloated indexes), or, without retention, only the
+rollups are written; then `VACUUM ANALYZE tasksapp_job` stands in for the day's
+autovacuum runs, in both variants (a compressed day lasts seconds, autovacuum's nap is a
+minute; and the shared bench server runs with autovacuum off, so without it the planner's
+statistics would describe day 1 for ever). The simulated calendar lies days ahead of the
+real clock, so none of its jobs is due for the probe below.
 
 Measured at the end of each day: the jobs table's and its indexes' size; WAL written and
 dead rows left that day; the planner's time per slice (`SlicePlan.duration_ms`); the
@@ -90,7 +90,7 @@ def main() -> None:
             f" claim p99 {row['claim_p99_ms']:5.2f} ms, lag p99 {row['lag_p99_ms']:5.2f} ms,"
             f" overview p95 {row['overview_p95_ms']:6.1f} ms,"
             f" slice {row['slice_ms']:6.1f} ms, retention {row['retention_s']:5.1f} s,"
-            f" vacuum {row['vacuum_s']:5.1f} s",
+            f" vacuum {row['vacuum_s']:5.1f} s, rebuilt {len(row['rebuilt'])}",
             file=sys.stderr,
             flush=True,
         )
@@ -146,9 +146,10 @@ def simulate_day(connection, task, epoch: dt.datetime, day: int, variant: str) -
             cursor.execute(RUN_DAY_HOUR, window)
         cursor.execute(FIX_DEAD, {"since": start, "until": end + dt.timedelta(hours=1)})
     began = time.perf_counter()
-    removed = 0
+    removed, rebuilt = 0, []
     if variant == "retention":
-        removed = retention_run(now=end).removed.get("jobs", 0)
+        report = retention_run(now=end)
+        removed, rebuilt = report.removed.get("jobs", 0), report.rebuilt
     else:
         rollup_write(now=end)
     retention_s = time.perf_counter() - began
@@ -168,6 +169,7 @@ def simulate_day(connection, task, epoch: dt.datetime, day: int, variant: str) -
         "dead_rows": dead,
         "wal_mb": wal_bytes / 2**20,
         "removed": removed,
+        "rebuilt": rebuilt,
         "retention_s": retention_s,
         "vacuum_s": vacuum_s,
         "slice_ms": sum(slice_ms) / len(slice_ms) if slice_ms else 0.0,

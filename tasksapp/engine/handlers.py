@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any
 
+from tasksapp.engine.ages import RetentionAgesError, retention_ages
+
 ERR_HANDLER_PATH = "handler must be a dotted name such as 'package.module.function'."
 ERR_HANDLER_UNKNOWN = (
     "handler '{name}' is not registered. Declare it with @job_handler "
@@ -105,24 +107,37 @@ class HandlerRegistry:
 
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
+        self._retention: dict[str, dict[str, float]] = {}
         self._lock = threading.Lock()
 
-    def register(self, func: Handler, *, name: str | None = None) -> Handler:
+    def register(
+        self, func: Handler, *, name: str | None = None, retention: dict | None = None
+    ) -> Handler:
         if not callable(func):
             raise HandlerError(ERR_HANDLER_CALLABLE.format(kind=type(func).__name__))
         name = name or f"{func.__module__}.{func.__qualname__}"
         if not is_handler_name(name):
             raise HandlerError(ERR_HANDLER_PATH)
+        ages = _validated_ages(retention)
         with self._lock:
             existing = self._handlers.get(name)
             if existing is not None and _origin(existing) != _origin(func):
                 raise HandlerError(ERR_HANDLER_DUPLICATE.format(name=name))
             self._handlers[name] = func
+            self._retention.pop(name, None)
+            if ages:
+                self._retention[name] = ages
         return func
 
     def unregister(self, name: str) -> None:
         with self._lock:
             self._handlers.pop(name, None)
+            self._retention.pop(name, None)
+
+    def retention(self) -> dict[str, dict[str, float]]:
+        """The handlers declared with their own retention ages: name → days per state."""
+        with self._lock:
+            return {name: dict(ages) for name, ages in self._retention.items()}
 
     def get(self, name: Any) -> Handler:
         """The handler registered as ``name``; HandlerError saying how to register it."""
@@ -149,6 +164,13 @@ class HandlerRegistry:
         return f"{shown} and {more} more" if more > 0 else shown
 
 
+def _validated_ages(retention: Any) -> dict[str, float]:
+    try:
+        return retention_ages(retention)
+    except RetentionAgesError as exc:
+        raise HandlerError(str(exc)) from exc
+
+
 def _origin(func: Handler) -> tuple[str, str]:
     """Where a function was defined: a module imported twice re-registers the same one."""
     return getattr(func, "__module__", ""), getattr(func, "__qualname__", repr(func))
@@ -157,12 +179,15 @@ def _origin(func: Handler) -> tuple[str, str]:
 registry = HandlerRegistry()
 
 
-def job_handler(func: Handler | None = None, *, name: str | None = None):
+def job_handler(
+    func: Handler | None = None, *, name: str | None = None, retention: dict | None = None
+):
     """Declare a handler: ``@job_handler`` (named by its dotted path) or
-    ``@job_handler(name="billing.charge")``."""
+    ``@job_handler(name="billing.charge", retention={"succeeded": 90})`` — its finished
+    jobs kept that many days per state instead of the defaults (docs/OPERATIONS.md)."""
 
     def decorate(target: Handler) -> Handler:
-        return registry.register(target, name=name)
+        return registry.register(target, name=name, retention=retention)
 
     return decorate if func is None else decorate(func)
 

@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from tasksapp.engine.ages import RetentionAgesError, retention_ages
 from tasksapp.engine.handlers import HandlerError, resolve_handler
 from tasksapp.engine.jsonvalues import JsonValueError, checked_json
 from tasksapp.engine.models import Delivery
@@ -93,6 +94,15 @@ def validated_retry_policy(policy: Any) -> dict[str, Any]:
         return validate_policy(policy)
     except RetryPolicyError as exc:
         raise JobOptionsError("retry_policy", str(exc)) from exc
+
+
+def validated_retention(retention: Any) -> dict[str, float]:
+    """How long finished jobs are kept, in days per finished state (a recurring task's or
+    a handler's own ages); None or {} keeps the defaults."""
+    try:
+        return retention_ages(retention)
+    except RetentionAgesError as exc:
+        raise JobOptionsError("retention", str(exc)) from exc
 
 
 def _validated_max_attempts(max_attempts: Any) -> int:

@@ -84,6 +84,12 @@ class RecurringTask(models.Model):
 
     active = models.BooleanField(default=True, help_text="Inactive tasks are not planned.")
     created_at = models.DateTimeField(db_default=Now())
+    retention = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Days its finished jobs are kept, per state: {"succeeded": 3, "dead": 60}. '
+        "States not named keep the handler's or the default ages.",
+    )
 
     class Meta:
         constraints = [

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.db.models import Q
-
-from tasksapp.engine.models import Job
 from tasksapp.retention.services import finished_rules, rollup_mark
 from tasksapp.retention.settings import retention_settings
 from tasksapp.retention.store import TableSize, retention_store
@@ -16,15 +13,12 @@ from tasksapp.retention.store import TableSize, retention_store
 def retention_backlog(*, now: dt.datetime) -> int:
     """Finished jobs past their age and rolled up: an upper bound of what a run removes
     (jobs a graph run or an open slice plan still needs are counted, and kept)."""
-    cfg = retention_settings()
+    store = retention_store()
     rolled_until = rollup_mark() or now
-    match = Q(pk__in=[])
-    for rule in finished_rules(cfg, now=now, rolled_until=rolled_until):
-        scope = Q(finished_at__lt=rule.before, state__in=rule.states)
-        if rule.handlers is not None:
-            scope &= Q(handler__in=rule.handlers)
-        match |= scope & ~Q(handler__in=rule.except_handlers)
-    return Job.objects.filter(match).count()
+    rules = finished_rules(
+        retention_settings(), store.finished_groups(), now=now, rolled_until=rolled_until
+    )
+    return sum(store.count_finished(rule) for rule in rules)
 
 
 # The tables that grow with the work, whose size the dashboard's system section shows.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from django.apps import apps
@@ -25,13 +25,21 @@ from django.db import transaction
 from django.db.models import F, Min
 from django.utils import timezone
 
+from tasksapp.engine.handlers import registry
 from tasksapp.engine.models import FINAL_STATES, Dispatcher, DispatcherCounter, Job, WorkerProcess
 from tasksapp.graphs.models import GRAPH_FINAL_STATES, GraphRun, TaskRun
 from tasksapp.recurring.models import RecurringTask, SlicePlan
 from tasksapp.recurring.selectors.schedules import slice_plan_last_key
+from tasksapp.retention.indexes import index_rebuild_bloated
 from tasksapp.retention.models import HOUR, MINUTE, SPANS, JobRollup, RollupMark
 from tasksapp.retention.settings import RetentionSettings, retention_settings
-from tasksapp.retention.store import FinishedRule, bucket_start, delete_rows, retention_store
+from tasksapp.retention.store import (
+    FinishedGroup,
+    FinishedRule,
+    bucket_start,
+    delete_rows,
+    retention_store,
+)
 
 ROLLUP_CHUNK = dt.timedelta(hours=6)  # finished jobs rolled up per transaction
 # The audit log is the web feature's: named by label, as a foreign key would name it.
@@ -46,17 +54,18 @@ def _no_progress(what: str, removed: int) -> None:
 
 @dataclass
 class RetentionReport:
-    """What one run did: rows removed per kind."""
+    """What one run did: rows removed per kind, indexes rebuilt."""
 
     rolled_until: dt.datetime | None = None
     removed: dict[str, int] = field(default_factory=dict)
+    rebuilt: list[str] = field(default_factory=list)
 
     def add(self, what: str, count: int) -> None:
         self.removed[what] = self.removed.get(what, 0) + count
 
     def as_dict(self) -> dict:
         until = self.rolled_until.isoformat() if self.rolled_until else None
-        return {"rolled_until": until, "removed": dict(self.removed)}
+        return {"rolled_until": until, "removed": dict(self.removed), "rebuilt": self.rebuilt}
 
 
 # --- rollups ------------------------------------------------------------------------------
@@ -106,24 +115,53 @@ def _locked_mark(until: dt.datetime) -> RollupMark | None:
 
 
 def finished_rules(
-    cfg: RetentionSettings, *, now: dt.datetime, rolled_until: dt.datetime
+    cfg: RetentionSettings,
+    groups: Iterable[FinishedGroup],
+    *,
+    now: dt.datetime,
+    rolled_until: dt.datetime,
 ) -> Iterator[FinishedRule]:
-    """One rule per state and age: the defaults for every handler without an override,
-    then each override. No rule reaches past the rollup mark."""
-    overridden = tuple(sorted(cfg.handler_days))
-    for state in FINAL_STATES:
-        before = min(now - cfg.job_age(state), rolled_until)
-        yield FinishedRule(before, (state,), None, overridden)
-        for handler in overridden:
-            before = min(now - cfg.job_age(state, handler), rolled_until)
-            yield FinishedRule(before, (state,), (handler,))
+    """One rule per group of finished jobs, at its age (`job_days`): a recurring task's
+    own, else its handler's, else the default. No rule reaches past the rollup mark."""
+    task_ages = recurring_task_ages()
+    handler_ages = registry.retention()
+    for group in groups:
+        days = job_days(cfg, group, task_ages=task_ages, handler_ages=handler_ages)
+        yield FinishedRule(group, min(now - dt.timedelta(days=days), rolled_until))
+
+
+def job_days(
+    cfg: RetentionSettings,
+    group: FinishedGroup,
+    *,
+    task_ages: dict[str, dict[str, float]],
+    handler_ages: dict[str, dict[str, float]],
+) -> float:
+    """Days a finished job of `group` is kept: the recurring task's age for its state,
+    else the handler's from TEMPO_RETENTION_HANDLER_DAYS, else the handler's declared one
+    (`@job_handler(retention=...)`), else the state's default."""
+    for ages in (
+        task_ages.get(group.task, {}),
+        cfg.handler_days.get(group.handler, {}),
+        handler_ages.get(group.handler, {}),
+    ):
+        if group.state in ages:
+            return ages[group.state]
+    return cfg.job_days[group.state]
+
+
+def recurring_task_ages() -> dict[str, dict[str, float]]:
+    """Recurring tasks with their own ages, by id as retention's groups name them."""
+    overridden = RecurringTask.objects.exclude(retention={}).values_list("id", "retention")
+    return {str(task): ages for task, ages in overridden if isinstance(ages, dict)}
 
 
 def retention_run(
     *, now: dt.datetime | None = None, progress: Progress = _no_progress
 ) -> RetentionReport:
     """Roll up, then remove everything past its age in batches of `BATCH_SIZE`, pausing
-    `BATCH_PAUSE_SECONDS` between statements. `progress(kind, n)` hears of each batch."""
+    `BATCH_PAUSE_SECONDS` between statements, then rebuild the jobs table's bloated
+    indexes. `progress(kind, n)` hears of each batch."""
     now = now or timezone.now()
     cfg = retention_settings()
     report = RetentionReport(rolled_until=rollup_write(now=now))
@@ -137,7 +175,8 @@ def retention_run(
                 return
             time.sleep(cfg.batch_pause_seconds)
 
-    for rule in finished_rules(cfg, now=now, rolled_until=report.rolled_until):
+    groups = retention_store().finished_groups()
+    for rule in finished_rules(cfg, groups, now=now, rolled_until=report.rolled_until):
         drain("jobs", lambda rule=rule: _finished_batch(rule, now, cfg.batch_size))
     graphs_before = min(now - dt.timedelta(days=cfg.graph_run_days), report.rolled_until)
     graph_limit = max(1, cfg.batch_size // 20)
@@ -145,6 +184,7 @@ def retention_run(
     drain("slice_plans", lambda: _slice_plan_batch(now, cfg))
     for kind, rows in _dated_rows(cfg, now):
         drain(kind, lambda rows=rows: _raw_batch(rows, cfg.batch_size))
+    report.rebuilt = index_rebuild_bloated(cfg=cfg)
     return report
 
 

@@ -4,7 +4,6 @@ is said where it is defined (schedapp/settings.py)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 from dataclasses import dataclass, field
 
@@ -20,6 +19,8 @@ ERR_HANDLER = (
     "({states}) to days > 0 (got {value!r})."
 )
 ERR_BATCH = "TEMPO_RETENTION_BATCH_SIZE must be between 1 and 100000 (got {value!r})."
+ERR_REINDEX_BLOAT = "TEMPO_RETENTION_REINDEX_BLOAT must be 0 (never) or >= 1.2 (got {value!r})."
+ERR_REINDEX_MIN = "TEMPO_RETENTION_REINDEX_MIN_MB must be >= 0 (got {value!r})."
 
 
 def _days(name: str, value) -> float:
@@ -42,6 +43,8 @@ class RetentionSettings:
     rollup_delay_seconds: float = 300.0
     batch_size: int = 1000
     batch_pause_seconds: float = 0.05
+    reindex_bloat: float = 1.5  # rebuild an index this many times its fresh size; 0: never
+    reindex_min_mb: float = 32.0
 
     def __post_init__(self) -> None:
         if set(self.job_days) != set(FINAL_STATES):
@@ -57,6 +60,10 @@ class RetentionSettings:
                 _days(f"{handler} {state} days", days)
         if not 1 <= self.batch_size <= 100_000:
             raise ImproperlyConfigured(ERR_BATCH.format(value=self.batch_size))
+        if not (self.reindex_bloat == 0 or self.reindex_bloat >= 1.2):
+            raise ImproperlyConfigured(ERR_REINDEX_BLOAT.format(value=self.reindex_bloat))
+        if not self.reindex_min_mb >= 0:
+            raise ImproperlyConfigured(ERR_REINDEX_MIN.format(value=self.reindex_min_mb))
 
     @classmethod
     def load(cls) -> RetentionSettings:
@@ -74,11 +81,9 @@ class RetentionSettings:
             rollup_delay_seconds=float(raw["ROLLUP_DELAY_SECONDS"]),
             batch_size=int(raw["BATCH_SIZE"]),
             batch_pause_seconds=float(raw["BATCH_PAUSE_SECONDS"]),
+            reindex_bloat=float(raw["REINDEX_BLOAT"]),
+            reindex_min_mb=float(raw["REINDEX_MIN_MB"]),
         )
-
-    def job_age(self, state: str, handler: str | None = None) -> dt.timedelta:
-        days = self.handler_days.get(handler or "", {}).get(state, self.job_days[state])
-        return dt.timedelta(days=days)
 
 
 @functools.cache

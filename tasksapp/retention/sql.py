@@ -83,8 +83,28 @@ SELECT DISTINCT task_id::text AS task, period::text AS period
 FROM tasksapp_sliceplan WHERE ends_at + period_length > %(now)s
 """
 
-# One batch of finished jobs of `states` that finished before `before`, limited to
-# `handlers` (NULL: any) and never of `except_handlers` (they have their own ages). Never
+# A finished job's recurring task as retention groups jobs: the payload's text, "" for
+# none. The same expression as job_retention_idx's (migration 0015), so the index serves.
+TASK_OF = "COALESCE(payload ->> 'recurring_task_id', '')"
+
+# The (handler, recurring task, state) groups of finished jobs, read as a loose index scan
+# of job_retention_idx: one probe per group, however many rows each holds.
+FINISHED_GROUPS = f"""
+WITH RECURSIVE grp AS (
+    (SELECT handler, {TASK_OF} AS task, state FROM {JOB_TABLE}
+     WHERE finished_at IS NOT NULL ORDER BY 1, 2, 3 LIMIT 1)
+    UNION ALL
+    SELECT next.handler, next.task, next.state FROM grp, LATERAL (
+        SELECT handler, {TASK_OF} AS task, state FROM {JOB_TABLE}
+        WHERE finished_at IS NOT NULL
+          AND (handler, {TASK_OF}, state) > (grp.handler, grp.task, grp.state)
+        ORDER BY 1, 2, 3 LIMIT 1) next
+)
+SELECT handler, task, state FROM grp WHERE state IN ({FINAL})
+"""
+
+# One batch of one group's jobs that finished before `before`: a range of
+# job_retention_idx, oldest first, so rows other groups keep longer are never read. Never
 # removed: a job a graph run points at (its graph's retention removes it with the run),
 # a planned job whose slice plan is still open, a job not rolled up yet (`before` is
 # never after the rollup mark).
@@ -92,10 +112,10 @@ DELETE_FINISHED = f"""
 WITH open_occurrences AS ({_OPEN_OCCURRENCES}),
 doomed AS (
     SELECT c.id FROM {JOB_TABLE} c
-    WHERE c.finished_at < %(before)s
-      AND c.state = ANY(%(states)s::text[])
-      AND (%(handlers)s::text[] IS NULL OR c.handler = ANY(%(handlers)s::text[]))
-      AND NOT c.handler = ANY(%(except_handlers)s::text[])
+    WHERE c.handler = %(handler)s
+      AND COALESCE(c.payload ->> 'recurring_task_id', '') = %(task)s
+      AND c.state = %(state)s
+      AND c.finished_at IS NOT NULL AND c.finished_at < %(before)s
       AND NOT EXISTS (SELECT 1 FROM tasksapp_graphrun g WHERE g.job_id = c.id)
       AND NOT EXISTS (SELECT 1 FROM tasksapp_taskrun t WHERE t.job_id = c.id)
       AND NOT EXISTS (SELECT 1 FROM open_occurrences o
@@ -108,6 +128,13 @@ doomed AS (
 DELETE FROM {JOB_TABLE} j USING doomed WHERE j.id = doomed.id
 """
 
+# How many jobs of one group finished before `before` (what a run would remove at most).
+COUNT_FINISHED = f"""
+SELECT count(*) FROM {JOB_TABLE}
+WHERE handler = %(handler)s AND {TASK_OF} = %(task)s AND state = %(state)s
+  AND finished_at IS NOT NULL AND finished_at < %(before)s
+"""
+
 # Sizes of the hot tables and their indexes (the dashboard's system section).
 TABLE_SIZES = """
 SELECT c.relname, pg_table_size(c.oid), pg_indexes_size(c.oid), c.reltuples::bigint,
@@ -116,4 +143,36 @@ FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
 WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p')
   AND c.relname = ANY(%(tables)s)
 ORDER BY pg_total_relation_size(c.oid) DESC
+"""
+
+# The jobs table's valid B-tree indexes, each with its size, its entries (as the last
+# VACUUM, ANALYZE or REINDEX counted them) and the average width of its columns (the
+# planner's statistics, INCLUDE columns too): what `index_bloat` needs. No statistics
+# yet: width NULL.
+JOB_INDEXES = f"""
+SELECT c.relname, pg_relation_size(c.oid), c.reltuples,
+       (SELECT sum(s.avg_width) FROM unnest(i.indkey::int2[]) AS k(attnum)
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+        JOIN pg_stats s ON s.schemaname = current_schema() AND s.tablename = '{JOB_TABLE}'
+                       AND s.attname = a.attname)
+FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_am am ON am.oid = c.relam AND am.amname = 'btree'
+WHERE i.indrelid = '{JOB_TABLE}'::regclass AND i.indisvalid
+ORDER BY pg_relation_size(c.oid) DESC
+"""
+
+# A REINDEX CONCURRENTLY of the jobs table running now (another retention run's).
+REBUILDING = f"""
+SELECT EXISTS (SELECT 1 FROM pg_stat_progress_create_index
+               WHERE relid = '{JOB_TABLE}'::regclass)
+"""
+
+# What an interrupted REINDEX CONCURRENTLY leaves: the invalid new index (`_ccnew`) or
+# the invalid old one (`_ccold`). Both are dropped (PostgreSQL's advice); the rebuild is
+# tried again when the index is still bloated.
+FAILED_REBUILDS = f"""
+SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE i.indrelid = '{JOB_TABLE}'::regclass AND NOT i.indisvalid
+  AND c.relname ~ '_cc(new|old)[0-9]*$'
 """

@@ -5,6 +5,7 @@ through the ORM. Chosen once per database vendor."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Protocol
 from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 
-from tasksapp.engine.models import Job
+from tasksapp.engine.models import FINAL_STATES, Job
 from tasksapp.graphs.models import GraphRun, TaskRun
 from tasksapp.recurring.models import SlicePlan
 from tasksapp.retention import sql
@@ -40,14 +41,22 @@ class RollupRow:
     lags: tuple[int, ...]  # per bucket of LAG_BOUNDS_MS, and the rest last
 
 
+@dataclass(frozen=True, order=True)
+class FinishedGroup:
+    """Finished jobs of one handler, recurring task and state: the unit retention's ages
+    are given for, and one range of its index."""
+
+    handler: str
+    task: str  # the payload's recurring_task_id as text; "" for none
+    state: str
+
+
 @dataclass(frozen=True)
 class FinishedRule:
-    """Which finished jobs one removal statement may take."""
+    """One group's jobs that finished before `before` may go."""
 
+    group: FinishedGroup
     before: dt.datetime
-    states: tuple[str, ...]
-    handlers: tuple[str, ...] | None  # None: every handler but `except_handlers`
-    except_handlers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,16 @@ class TableSize:
     last_autovacuum: dt.datetime | None
 
 
+@dataclass(frozen=True)
+class IndexStats:
+    """One B-tree index of the jobs table, as `index_bloat` reads it."""
+
+    name: str
+    size_bytes: int
+    entries: float  # the catalog's count (-1: never counted)
+    width: float | None  # average width of its columns; None: no statistics yet
+
+
 class RetentionStore(Protocol):
     def aggregate(self, *, span: int, since: dt.datetime, until: dt.datetime) -> list[RollupRow]:
         """Jobs finished in [since, until), as rollup rows of `span` seconds."""
@@ -69,11 +88,35 @@ class RetentionStore(Protocol):
         """Add the jobs finished in [since, until) to the stored rollups of `span`."""
         ...
 
+    def finished_groups(self) -> list[FinishedGroup]:
+        """The groups that have finished jobs (of the final states)."""
+        ...
+
     def delete_finished(self, rule: FinishedRule, *, now: dt.datetime, batch: int) -> int:
         """Remove one batch of the finished jobs `rule` allows; how many went."""
         ...
 
+    def count_finished(self, rule: FinishedRule) -> int:
+        """How many jobs of the rule's group finished before its `before`."""
+        ...
+
     def table_sizes(self, tables: Sequence[str]) -> list[TableSize]: ...
+
+    def job_indexes(self) -> list[IndexStats]:
+        """The jobs table's B-tree indexes (none where indexes are not rebuilt)."""
+        ...
+
+    def rebuilding(self) -> bool:
+        """Whether a rebuild of a jobs table index is running now."""
+        ...
+
+    def drop_failed_rebuilds(self) -> list[str]:
+        """Drop what interrupted rebuilds left; their names."""
+        ...
+
+    def reindex(self, name: str) -> None:
+        """Rebuild one index of the jobs table without blocking writes."""
+        ...
 
 
 def bucket_start(moment: dt.datetime, span: int) -> dt.datetime:
@@ -94,12 +137,18 @@ class PostgresRetentionStore:
         with connection.cursor() as cursor:
             cursor.execute(sql.ROLL_UP, {"span": span, "since": since, "until": until})
 
+    def finished_groups(self) -> list[FinishedGroup]:
+        with connection.cursor() as cursor:
+            cursor.execute(sql.FINISHED_GROUPS)
+            return [FinishedGroup(*row) for row in cursor.fetchall()]
+
     def delete_finished(self, rule: FinishedRule, *, now: dt.datetime, batch: int) -> int:
+        group = rule.group
         params = {
+            "handler": group.handler,
+            "task": group.task,
+            "state": group.state,
             "before": rule.before,
-            "states": list(rule.states),
-            "handlers": None if rule.handlers is None else list(rule.handlers),
-            "except_handlers": list(rule.except_handlers),
             "now": now,
             "batch": batch,
         }
@@ -107,10 +156,44 @@ class PostgresRetentionStore:
             cursor.execute(sql.DELETE_FINISHED, params)
             return cursor.rowcount
 
+    def count_finished(self, rule: FinishedRule) -> int:
+        group = rule.group
+        params = {"handler": group.handler, "task": group.task, "state": group.state}
+        with connection.cursor() as cursor:
+            cursor.execute(sql.COUNT_FINISHED, {**params, "before": rule.before})
+            return cursor.fetchone()[0]
+
     def table_sizes(self, tables: Sequence[str]) -> list[TableSize]:
         with connection.cursor() as cursor:
             cursor.execute(sql.TABLE_SIZES, {"tables": list(tables)})
             return [TableSize(*row) for row in cursor.fetchall()]
+
+    def job_indexes(self) -> list[IndexStats]:
+        with connection.cursor() as cursor:
+            cursor.execute(sql.JOB_INDEXES)
+            return [
+                IndexStats(name, size, float(entries), None if width is None else float(width))
+                for name, size, entries, width in cursor.fetchall()
+            ]
+
+    def rebuilding(self) -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(sql.REBUILDING)
+            return bool(cursor.fetchone()[0])
+
+    def drop_failed_rebuilds(self) -> list[str]:
+        with connection.cursor() as cursor:
+            cursor.execute(sql.FAILED_REBUILDS)
+            names = [name for (name,) in cursor.fetchall()]
+            for name in names:
+                cursor.execute(
+                    f"DROP INDEX CONCURRENTLY IF EXISTS {connection.ops.quote_name(name)}"
+                )
+            return names
+
+    def reindex(self, name: str) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"REINDEX INDEX CONCURRENTLY {connection.ops.quote_name(name)}")
 
 
 class SqliteRetentionStore:
@@ -154,11 +237,16 @@ class SqliteRetentionStore:
                 setattr(rollup, name, getattr(rollup, name) + count)
             rollup.save()
 
+    def finished_groups(self) -> list[FinishedGroup]:
+        finished = Job.objects.filter(finished_at__isnull=False, state__in=FINAL_STATES)
+        rows = finished.values_list("handler", "payload", "state").iterator()
+        return sorted({FinishedGroup(h, task_text(payload), state) for h, payload, state in rows})
+
     def delete_finished(self, rule: FinishedRule, *, now: dt.datetime, batch: int) -> int:
-        candidates = Job.objects.filter(finished_at__lt=rule.before, state__in=rule.states)
-        if rule.handlers is not None:
-            candidates = candidates.filter(handler__in=rule.handlers)
-        candidates = candidates.exclude(handler__in=rule.except_handlers).exclude(
+        group = rule.group
+        candidates = Job.objects.filter(
+            finished_at__lt=rule.before, state=group.state, handler=group.handler
+        ).exclude(
             Exists(GraphRun.objects.filter(job_id=OuterRef("id")))
             | Exists(TaskRun.objects.filter(job_id=OuterRef("id")))
         )
@@ -171,11 +259,31 @@ class SqliteRetentionStore:
                 & Q(payload__occurrence=period)
             )
         with transaction.atomic():
-            ids = list(candidates.order_by("finished_at").values_list("id", flat=True)[:batch])
+            rows = candidates.order_by("finished_at").values_list("id", "payload").iterator()
+            ids = [job for job, payload in rows if task_text(payload) == group.task][:batch]
             return delete_rows(Job.objects.filter(id__in=ids))
+
+    def count_finished(self, rule: FinishedRule) -> int:
+        group = rule.group
+        rows = Job.objects.filter(
+            finished_at__lt=rule.before, state=group.state, handler=group.handler
+        ).values_list("payload", flat=True)
+        return sum(task_text(payload) == group.task for payload in rows.iterator())
 
     def table_sizes(self, tables: Sequence[str]) -> list[TableSize]:
         return []
+
+    def job_indexes(self) -> list[IndexStats]:
+        return []  # SQLite's embedded databases are small; VACUUM rewrites them whole
+
+    def rebuilding(self) -> bool:
+        return False
+
+    def drop_failed_rebuilds(self) -> list[str]:
+        return []
+
+    def reindex(self, name: str) -> None:
+        raise NotImplementedError("indexes are rebuilt only on PostgreSQL")
 
 
 def delete_rows(rows) -> int:
@@ -199,6 +307,19 @@ def _task_id(payload) -> int:
         return 0
     text = str(value)
     return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else 0
+
+
+def task_text(payload) -> str:
+    """A job's recurring task as PostgreSQL's `payload ->> 'recurring_task_id'` reads it
+    ("" for none): retention's group key."""
+    value = payload.get("recurring_task_id") if isinstance(payload, dict) else None
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        return json.dumps(value)  # true, false, a float, an object: JSON text, as jsonb's
+    return str(value)
 
 
 def _open_occurrences(now: dt.datetime) -> set[tuple[int, int]]:

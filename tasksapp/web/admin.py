@@ -33,6 +33,7 @@ from tasksapp.engine.options import (
     JobOptionsError,
     validated_handler,
     validated_payload,
+    validated_retention,
 )
 from tasksapp.engine.queues import queue_configure, routing_degrade
 from tasksapp.engine.services import JobInputError, job_schedule
@@ -407,6 +408,7 @@ class RecurringTaskForm(RoutingDefaults, forms.ModelForm):
             "period",
             "slices",
             "active",
+            "retention",
         ]
 
     def __init__(self, *args, **kwargs) -> None:
@@ -444,6 +446,7 @@ class RecurringTaskForm(RoutingDefaults, forms.ModelForm):
             validated_handler(cleaned["handler"])
             JobOptions.validated(**{name: cleaned[name] for name in JOB_OPTION_FIELDS})
             validated_payload(cleaned["payload"])
+            validated_retention(cleaned["retention"])
         except JobOptionsError as exc:
             self.add_error(exc.field, str(exc))
 

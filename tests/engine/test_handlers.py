@@ -8,6 +8,7 @@ import sys
 import pytest
 from django.utils import timezone
 
+from tasksapp.engine.ages import ERR_RETENTION
 from tasksapp.engine.handlers import (
     ERR_HANDLER_DUPLICATE,
     ERR_HANDLER_PATH,
@@ -18,7 +19,7 @@ from tasksapp.engine.handlers import (
     registry,
     resolve_handler,
 )
-from tasksapp.engine.models import Job
+from tasksapp.engine.models import FINAL_STATES, Job
 from tasksapp.engine.services import JobInputError, job_schedule
 from tests.handlers import recording
 
@@ -58,6 +59,17 @@ def test_another_function_under_a_taken_name_is_refused():
     with pytest.raises(HandlerError) as raised:
         local.register(recording.noop, name="greetings.hello")
     assert str(raised.value) == ERR_HANDLER_DUPLICATE.format(name="greetings.hello")
+
+
+def test_a_handler_may_declare_its_retention_ages_checked_at_registration():
+    local = HandlerRegistry()
+    local.register(greet, name="greetings.hello", retention={"succeeded": 90})
+    assert local.retention() == {"greetings.hello": {"succeeded": 90.0}}
+    with pytest.raises(HandlerError) as raised:
+        local.register(recording.noop, name="greetings.bye", retention={"running": 1})
+    assert str(raised.value) == ERR_RETENTION.format(states=", ".join(FINAL_STATES))
+    assert "greetings.bye" not in local and "greetings.bye" not in local.retention()
+    assert registry.retention()["tests.handlers.recording.kept"] == recording.KEPT_AGES
 
 
 @pytest.mark.parametrize("name", ["nodots", "a..b", "a.b c", "a.b;c", "1a.b", "x." * 200 + "y"])

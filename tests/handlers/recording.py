@@ -48,6 +48,15 @@ def noop(ctx):
     return None
 
 
+# Declares its own retention ages; TEMPO_RETENTION_HANDLER_DAYS may override them.
+KEPT_AGES = {"succeeded": 1, "cancelled": 45}
+
+
+@job_handler(retention=KEPT_AGES)
+def kept(ctx):
+    return None
+
+
 @job_handler
 def echo(ctx):
     return {"payload": ctx.payload, "attempt": ctx.attempt, "key": ctx.idempotency_key}

@@ -8,7 +8,8 @@ import time_machine
 from django.db import connection, transaction
 from django.utils import timezone
 
-from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.ages import ERR_RETENTION
+from tasksapp.engine.models import FINAL_STATES, Job, JobState
 from tasksapp.engine.services import job_cancel
 from tasksapp.engine.store import PostgresJobStore, SqliteJobStore
 from tasksapp.recurring.models import FreeOrdinal, Member, RecurringTask, SlicePlan
@@ -165,6 +166,24 @@ def test_create_refuses_bad_input_with_a_clear_message(planning, fields, message
         make_task(**fields)
     assert str(exc.value) == message
     assert not RecurringTask.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "retention", [{"running": 3}, {"dead": 0}, {"dead": True}, {"dead": "7"}, [7], {"lost": 1e9}]
+)
+def test_retention_ages_are_checked_and_a_refusal_changes_nothing(planning, retention):
+    task = make_task(retention={"dead": 60})
+    for attempt in (
+        lambda: make_task(name="other", retention=retention),
+        lambda: recurring_task_update(task=task, retention=retention),
+    ):
+        with pytest.raises(PlanningInputError) as exc:
+            attempt()
+        assert str(exc.value) == ERR_RETENTION.format(states=", ".join(FINAL_STATES))
+    task.refresh_from_db()
+    assert task.retention == {"dead": 60.0}
+    assert RecurringTask.objects.count() == 1
+    assert recurring_task_update(task=task, retention={}).retention == {}
 
 
 def test_create_refuses_an_unknown_handler_and_a_taken_name(planning):

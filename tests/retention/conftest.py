@@ -21,6 +21,8 @@ FAST = {
     "ROLLUP_DELAY_SECONDS": 0,
     "BATCH_SIZE": 3,
     "BATCH_PAUSE_SECONDS": 0,
+    "REINDEX_BLOAT": 1.5,
+    "REINDEX_MIN_MB": 32,
 }
 
 

@@ -17,6 +17,7 @@ from tasksapp.engine.options import (
     JobOptionsError,
     validated_handler,
     validated_payload,
+    validated_retention,
 )
 from tasksapp.engine.retry import worst_case_seconds
 from tasksapp.recurring.models import RecurringTask, SlicePlan
@@ -72,10 +73,11 @@ def recurring_task_create(
     queue: str = DEFAULT_QUEUE,
     priority: int | str = DEFAULT_PRIORITY,
     concurrency_key: str = "",
+    retention: dict | None = None,
 ) -> RecurringTask:
     """A task run once per `period` for every active member, at the member's phase,
     planned in `slices` slices per period. Period 0 starts at `epoch` (default: today,
-    00:00 UTC)."""
+    00:00 UTC). `retention`: days its finished jobs are kept, per state (docs/OPERATIONS.md)."""
     if not isinstance(name, str) or not name.strip() or len(name) > 100:
         raise PlanningInputError(ERR_NAME)
     options = _validated_task_options(
@@ -94,6 +96,7 @@ def recurring_task_create(
     _check_retries_fit(Schedule(grid), options)
     if not isinstance(active, bool):
         raise PlanningInputError(ERR_ACTIVE)
+    ages = _validated_retention(retention)
     try:
         with transaction.atomic():
             return RecurringTask.objects.create(
@@ -102,6 +105,7 @@ def recurring_task_create(
                 period=grid.period,
                 slices=grid.slices,
                 active=active,
+                retention=ages,
                 **options,
             )
     except IntegrityError as exc:
@@ -124,13 +128,16 @@ def recurring_task_update(
     slices: int = UNCHANGED,
     epoch: dt.datetime = UNCHANGED,
     active: bool = UNCHANGED,
+    retention: dict = UNCHANGED,
     now: dt.datetime | None = None,
 ) -> RecurringTask:
     """Change a task. Job options apply to slices planned from now on. A new period or
     slice count takes effect at the first period boundary that is in the future and
     after every planned slice (docs/PLANNING.md); the epoch can change only while no
-    slice is planned."""
+    slice is planned. New retention ages apply to the task's finished jobs at the next
+    retention run, old ones included."""
     now = now or timezone.now()
+    ages = UNCHANGED if retention is UNCHANGED else _validated_retention(retention)
     given = dict(
         handler=handler,
         payload=payload,
@@ -158,6 +165,8 @@ def recurring_task_update(
         _check_retries_fit(schedule, options)
         if active is not UNCHANGED and not isinstance(active, bool):
             raise PlanningInputError(ERR_ACTIVE)
+        if ages is not UNCHANGED:
+            task.retention = ages
         _store(task, schedule, options, active=task.active if active is UNCHANGED else active)
     return task
 
@@ -173,6 +182,13 @@ def _validated_task_options(*, handler: Any, payload: Any, **job_options: Any) -
     if not isinstance(payload, dict):
         raise PlanningInputError(ERR_PAYLOAD_OBJECT)
     return {"handler": handler, "payload": payload, **options.as_fields()}
+
+
+def _validated_retention(retention: Any) -> dict[str, float]:
+    try:
+        return validated_retention(retention)
+    except JobOptionsError as exc:
+        raise PlanningInputError(str(exc)) from exc
 
 
 def _validated_grid(period: Any, slices: Any) -> tuple[dt.timedelta, int]:

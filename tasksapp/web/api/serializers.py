@@ -27,6 +27,7 @@ from tasksapp.engine.options import (
     validated_payload,
     validated_priority,
     validated_queue,
+    validated_retention,
     validated_retry_policy,
 )
 from tasksapp.engine.settings import tempo_settings
@@ -398,11 +399,19 @@ class RecurringTaskCreateSerializer(JobOptionsSerializer):
     slices = serializers.IntegerField(min_value=1, max_value=10_000, default=1)
     epoch = serializers.DateTimeField(required=False, allow_null=True, default=None)
     active = serializers.BooleanField(default=True)
+    retention = serializers.JSONField(
+        required=False,
+        default=dict,
+        help_text='Days its finished jobs are kept, per state: {"succeeded": 3, "dead": 60}.',
+    )
 
     def validate_payload(self, value: Any) -> Any:
         if not isinstance(value, dict):
             raise serializers.ValidationError(ERR_OBJECT.format(field="payload"))
         return super().validate_payload(value)
+
+    def validate_retention(self, value: Any) -> dict[str, float]:
+        return _job_option(validated_retention, value)
 
     def service_arguments(self) -> dict[str, Any]:
         data = dict(self.validated_data)
@@ -430,6 +439,7 @@ class RecurringTaskSerializer(serializers.ModelSerializer):
             "next_period_seconds",
             "next_slices",
             "active",
+            "retention",
             "created_at",
         ]
         read_only_fields = fields

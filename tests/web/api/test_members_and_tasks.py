@@ -71,6 +71,16 @@ def test_create_and_read_recurring_task(operator_api, viewer_api):
     assert body["period_seconds"] == 86400 and body["slices"] == 24 and body["active"]
     assert viewer_api.get(f"/api/recurring-tasks/{body['id']}/").json()["name"] == "sync"
     assert [t["name"] for t in viewer_api.get("/api/recurring-tasks/").json()] == ["sync"]
+    assert body["retention"] == {}
+
+
+def test_a_recurring_task_keeps_its_own_retention_ages(operator_api):
+    data = {"name": "sync", "handler": HANDLER, "period_seconds": 86400}
+    response = operator_api.post(
+        "/api/recurring-tasks/", {**data, "retention": {"dead": 90, "succeeded": 2}}, format="json"
+    )
+    assert response.status_code == 201, response.json()
+    assert response.json()["retention"] == {"succeeded": 2.0, "dead": 90.0}
 
 
 @pytest.mark.parametrize(
@@ -86,6 +96,8 @@ def test_create_and_read_recurring_task(operator_api, viewer_api):
             "must exceed the retry policy's worst case",
         ),
         ({"epoch": "2026-01-01T00:00:00"}, None, None),
+        ({"retention": {"running": 3}}, "retention", "must map finished states"),
+        ({"retention": {"dead": 0}}, "retention", "must map finished states"),
     ],
 )
 def test_recurring_task_bad_input(operator_api, data, field, text):
