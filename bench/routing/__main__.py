@@ -112,27 +112,35 @@ def critical_stream(db_url: str, stop: threading.Event, per_s: float, record: st
             )
 
 
-def critical_lags(conn, *, until: float) -> list[float]:
-    """Start lags (ms) of the critical jobs due before `until` (epoch s) not yet read."""
+def critical_lags(conn, *, until: float) -> list[tuple[float, float]]:
+    """(start lag, claim lag) in ms of the critical jobs due before `until` (epoch s) not
+    yet read: started_at − run_at, and claimed_at − run_at (negative: claimed ahead, as
+    the dispatcher's lead intends)."""
     return [
-        float(r[0])
+        (float(r[0]), float(r[1]))
         for r in conn.execute(
             "UPDATE tasksapp_job SET queue = 'critical-read' WHERE queue = 'critical'"
             " AND started_at IS NOT NULL AND run_at <= to_timestamp(%s)"
-            " RETURNING extract(epoch FROM started_at - run_at) * 1000",
+            " RETURNING extract(epoch FROM started_at - run_at) * 1000,"
+            " extract(epoch FROM claimed_at - run_at) * 1000",
             [until],
         ).fetchall()
     ]
 
 
-def lag_summary(prefix: str, lags: list[float]) -> dict:
-    lag = summary(lags)
+def lag_summary(prefix: str, lags: list[tuple[float, float]]) -> dict:
+    lag = summary([start for start, _ in lags])
+    claim = summary([claimed for _, claimed in lags])
     return {
         f"{prefix}_jobs": len(lags),
         f"{prefix}_lag_p50_ms": round(lag["p50"], 1),
         f"{prefix}_lag_p95_ms": round(lag["p95"], 1),
         f"{prefix}_lag_p99_ms": round(lag["p99"], 1),
         f"{prefix}_lag_max_ms": round(lag["max"], 1),
+        f"{prefix}_claim_lag_p50_ms": round(claim["p50"], 1),
+        f"{prefix}_claim_lag_p99_ms": round(claim["p99"], 1),
+        f"{prefix}_claim_lag_max_ms": round(claim["max"], 1),
+        "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
 
 
@@ -205,6 +213,7 @@ def rate_phase(args, conn, client, key: str) -> dict:
         "off_by_pct": round(100 * (in_window / (args.rate * args.rate_seconds) - 1), 2),
         "busiest_second": max(per_s),
         "quietest_second": min(per_s),
+        "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "attempts_over_1": conn.execute(
             "SELECT count(*) FROM tasksapp_job WHERE queue = 'api' AND attempts <> 1"
         ).fetchone()[0],

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tasksapp.engine.dispatcher.routing import Route, RoutingRules
 from tasksapp.engine.settings import TempoSettings
+
+if TYPE_CHECKING:
+    from tasksapp.engine.dispatcher.limited import LimitedClaimer
 
 BACKPRESSURE_RETRY_MS = 10  # held back by a full queue: look at it again this soon
 MODE_UNREACHABLE = "redis-unreachable"  # the Redis source's mode: every shard polled
@@ -44,6 +47,8 @@ class DispatchContext:
     # The queues' settings and the routing mode, and the lowest priority claimed now.
     rules: Callable[[], RoutingRules]
     min_priority: Callable[[], int]
+    # Claims the due jobs of limited queues handed to it, on a thread of its own.
+    limited: LimitedClaimer
 
 
 class DueSource(Protocol):
