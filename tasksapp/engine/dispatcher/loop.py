@@ -64,6 +64,7 @@ MAX_WAIT_SECONDS = 0.1  # wake up this often to notice signals (no query is made
 # it is not asked again for this long (each ask makes one connection retry, after 2 s).
 BROKER_ERRORS = (KombuOperationalError, OSError)
 BROKER_RETRY_SECONDS = 1.0
+NOT_FOUND = "404"  # the reply code of a passive declare of a queue that does not exist
 
 
 class CeleryPublisher:
@@ -115,8 +116,13 @@ class CeleryPublisher:
                 return declared.message_count
         except BROKER_ERRORS:
             raise
-        except Exception:  # an unknown queue (nothing sent yet) or a broker hiccup
-            return None
+        except Exception as exc:
+            # Redis removes an empty list, and the passive declare of a queue without a
+            # list says "not found": nothing waits in it (None would lift backpressure
+            # each time the workers empty the queue).
+            if str(getattr(exc, "reply_code", "")) == NOT_FOUND:  # '404' from kombu's Redis
+                return 0
+            return None  # a broker hiccup
 
 
 def split_batches(

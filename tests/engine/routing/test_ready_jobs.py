@@ -54,4 +54,3 @@ def test_an_added_job_moves_when_added_again():
     held = ready((1, "q", 1, 100))
     held.add(1, Route("r", 7, 100))
     assert held.queues() == ["r"] and held.first("r", 5, now_ms=200) == [1]
-

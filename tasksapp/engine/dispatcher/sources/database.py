@@ -163,6 +163,14 @@ class DatabaseSource:
     def _retry_at(self, at_ms: float) -> None:
         self.retry_at = at_ms if self.retry_at is None else min(self.retry_at, at_ms)
 
+    def hold_due(self, jobs: list[tuple[int, Route]]) -> None:
+        """Jobs due now, learnt elsewhere (the Redis index): claimed from the next turn's
+        dispatch on, as the jobs of the wheel are."""
+        for job_id, route in jobs:
+            self.wheel.remove(job_id)
+            self.routes[job_id] = route
+            self.ready.add(job_id, route)
+
     def announced(self, job_id: int, run_at_ms: int | None, route: Route | None = None) -> None:
         if run_at_ms is None:
             self.wheel.remove(job_id)
