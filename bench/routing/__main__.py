@@ -3,7 +3,9 @@
     python -m bench.routing [--flood 50000] [--limit 20] [--rate 200] [--rate-seconds 60]
 
 0. Quiet: the critical stream below alone, for `--quiet-seconds`: its start lag without
-   a flood, measured in the same run as the flood's, side by side.
+   a flood, measured in the same run as the flood's, side by side. It follows
+   `--warm-seconds` of the same stream, not counted: each worker thread's first job
+   (its connection, its first statements) takes some 0.5-1 s on a loaded machine.
 1. Flood: `--flood` low-priority (0) jobs of the queue "bulk", limited to `--limit` at
    once, all due at one instant, while critical jobs (priority 9, queue "critical") are
    scheduled 20 a second, each 0.5 s ahead, on the same workers, until the flood has
@@ -54,11 +56,15 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--critical-per-s", type=float, default=20.0)
     parser.add_argument("--seconds", type=float, default=0.005, help="each bulk handler sleeps")
     parser.add_argument("--quiet-seconds", type=float, default=20.0)
+    parser.add_argument("--warm-seconds", type=float, default=5.0)
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--rate-seconds", type=float, default=60.0)
     parser.add_argument("--dispatchers", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=16, help="threads per worker")
+    parser.add_argument(
+        "--lead-ms", type=int, default=None, help="TEMPO_DISPATCH_LEAD_MS (default: 40)"
+    )
     return parser.parse_args()
 
 
@@ -145,16 +151,18 @@ def lag_summary(prefix: str, lags: list[tuple[float, float]]) -> dict:
 
 
 def quiet_phase(args, db, conn, key: str) -> dict:
-    stop = threading.Event()
-    stream = threading.Thread(
-        target=critical_stream, args=(db.url, stop, args.critical_per_s, f"{key}:critical")
-    )
-    stream.start()
-    time.sleep(args.quiet_seconds)
-    stop.set()
-    stream.join()
-    time.sleep(2)
-    return lag_summary("quiet_critical", critical_lags(conn, until=time.time()))
+    for seconds in (args.warm_seconds, args.quiet_seconds):  # the warm-up's lags dropped
+        stop = threading.Event()
+        stream = threading.Thread(
+            target=critical_stream, args=(db.url, stop, args.critical_per_s, f"{key}:critical")
+        )
+        stream.start()
+        time.sleep(seconds)
+        stop.set()
+        stream.join()
+        time.sleep(2)
+        lags = critical_lags(conn, until=time.time())
+    return lag_summary("quiet_critical", lags)
 
 
 def flood_phase(args, db, conn, client, key: str) -> dict:
@@ -226,7 +234,8 @@ def main() -> None:
     os.environ["BENCH_ROUTING_REDIS"] = BROKER_URL
     client = redis.Redis.from_url(BROKER_URL)
     with BenchDatabase("tempo_bench_routing") as db, db.connect() as conn:
-        cluster = bench_cluster(db.url, "routing")
+        lead = {} if args.lead_ms is None else {"TEMPO_DISPATCH_LEAD_MS": str(args.lead_ms)}
+        cluster = bench_cluster(db.url, "routing", **lead)
         try:
             for i in range(args.workers):
                 cluster.worker(
