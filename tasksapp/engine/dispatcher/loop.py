@@ -157,7 +157,7 @@ class DispatcherLoop:
         self.degraded_reason = ""  # why only critical jobs are claimed now ("": all are)
         self.backlog_since: float | None = None  # over DEGRADED_BACKLOG since (ms)
         self.backlog_degraded_until: float | None = None
-        self.claim_floor = MIN_PRIORITY  # min_priority() as the loop last found it
+        self.claim_floor = MIN_PRIORITY  # the lowest priority claimed now (min_priority)
         self.loop_thread = threading.get_ident()
         # From the limited claimer's thread, for the loop to act on: a broker error, and
         # when its claims' leases want the reaper.
@@ -296,6 +296,7 @@ class DispatcherLoop:
                 self._coordinate()
             if self.rules_stale:
                 self._load_rules()
+            self._record_degraded()  # also while only the limited claimer holds jobs
             self.source.step()
             if self.stepped_out:  # the broker failed during this step
                 return
@@ -518,11 +519,7 @@ class DispatcherLoop:
     def min_priority(self) -> int:
         """The lowest priority claimed now: the critical one while degraded."""
         self._record_degraded()
-        floor = self.rules.critical_priority if self.degraded_reason else MIN_PRIORITY
-        if floor != self.claim_floor:
-            self.claim_floor = floor
-            self.limited.nudge()
-        return floor
+        return self.claim_floor
 
     def _record_degraded(self) -> None:
         reason = self._degraded_now()
@@ -530,6 +527,10 @@ class DispatcherLoop:
             log.warning("dispatcher %s: degraded mode %s", self.name, reason or "off")
             self.degraded_reason = reason
             Dispatcher.objects.filter(name=self.name).update(degraded_reason=reason)
+        floor = self.rules.critical_priority if reason else MIN_PRIORITY
+        if floor != self.claim_floor:  # the limited claimer reads it: tell it at once
+            self.claim_floor = floor
+            self.limited.nudge()
 
     def _degraded_now(self) -> str:
         """Why only critical jobs may be claimed now, or "" (docs/ROUTING.md)."""
