@@ -5,13 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from tasksapp.engine.dispatcher.routing import Route, RoutingRules
 from tasksapp.engine.settings import TempoSettings
-
-if TYPE_CHECKING:
-    from tasksapp.engine.dispatcher.limited import LimitedClaimer
 
 BACKPRESSURE_RETRY_MS = 10  # held back by a full queue: look at it again this soon
 MODE_UNREACHABLE = "redis-unreachable"  # the Redis source's mode: every shard polled
@@ -24,6 +21,16 @@ class ClaimOutcome:
 
     held: list[int] = field(default_factory=list)
     retry_at_ms: float | None = None
+
+
+class LimitedJobs(Protocol):
+    """What a source hands the due jobs of limited queues to (dispatcher/limited.py)."""
+
+    def offer(self, jobs: list[tuple[int, Route]]) -> None: ...
+    def remove(self, job_id: int) -> None: ...
+    def remove_where(self, drop: Callable[[int], bool]) -> None: ...
+    def clear(self) -> None: ...
+    def waiting(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -48,7 +55,7 @@ class DispatchContext:
     rules: Callable[[], RoutingRules]
     min_priority: Callable[[], int]
     # Claims the due jobs of limited queues handed to it, on a thread of its own.
-    limited: LimitedClaimer
+    limited: LimitedJobs
 
 
 class DueSource(Protocol):
