@@ -213,7 +213,19 @@ def rate_phase(args, conn, client, key: str) -> dict:
     first = starts[0]
     in_window = sum(1 for t in starts if t < first + args.rate_seconds)
     per_s = [sum(1 for t in starts if first + s <= t < first + s + 1) for s in range(60)]
+    # The limiter's own figure: claims (the database's claimed_at), apart from how fast
+    # the workers start what was claimed.
+    claimed = [
+        row[0]
+        for row in conn.execute(
+            "SELECT extract(epoch FROM claimed_at)::float8 FROM tasksapp_job"
+            " WHERE queue = 'api' AND claimed_at IS NOT NULL ORDER BY claimed_at"
+        ).fetchall()
+    ]
+    claims_in_window = sum(1 for t in claimed if t < claimed[0] + args.rate_seconds)
     return {
+        "claims_in_window": claims_in_window,
+        "claimed_per_s": round(claims_in_window / args.rate_seconds, 1),
         "rate_limit_per_s": args.rate,
         "window_s": args.rate_seconds,
         "starts_in_window": in_window,
