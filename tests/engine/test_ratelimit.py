@@ -56,7 +56,7 @@ def test_a_small_limit_lets_one_through_at_a_time():
 
 def test_a_claimer_late_by_less_than_a_burst_loses_no_start_over_a_minute():
     """200/s asked every 20 ms, but every tenth turn 200 ms late: 12,000 in a minute, give
-    or take the first burst (a tenth's loss of a burst of a tenth, as before: 10,860)."""
+    or take the first burst (a bucket of a tenth, as before, gives 8,848: 147/s)."""
     asks, now = [], 0.0
     for turn in range(3000):
         asks.append((now, 10_000))
