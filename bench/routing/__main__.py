@@ -3,7 +3,9 @@
     python -m bench.routing [--flood 50000] [--limit 20] [--rate 200] [--rate-seconds 60]
 
 0. Quiet: the critical stream below alone, for `--quiet-seconds`: its start lag without
-   a flood, measured in the same run as the flood's, side by side.
+   a flood, measured in the same run as the flood's, side by side. It follows
+   `--warm-seconds` of the same stream, not counted: each worker thread's first job
+   (its connection, its first statements) takes some 0.5-1 s on a loaded machine.
 1. Flood: `--flood` low-priority (0) jobs of the queue "bulk", limited to `--limit` at
    once, all due at one instant, while critical jobs (priority 9, queue "critical") are
    scheduled 20 a second, each 0.5 s ahead, on the same workers, until the flood has
@@ -54,11 +56,15 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--critical-per-s", type=float, default=20.0)
     parser.add_argument("--seconds", type=float, default=0.005, help="each bulk handler sleeps")
     parser.add_argument("--quiet-seconds", type=float, default=20.0)
+    parser.add_argument("--warm-seconds", type=float, default=5.0)
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--rate-seconds", type=float, default=60.0)
     parser.add_argument("--dispatchers", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=16, help="threads per worker")
+    parser.add_argument(
+        "--lead-ms", type=int, default=None, help="TEMPO_DISPATCH_LEAD_MS (default: 40)"
+    )
     return parser.parse_args()
 
 
@@ -112,41 +118,51 @@ def critical_stream(db_url: str, stop: threading.Event, per_s: float, record: st
             )
 
 
-def critical_lags(conn, *, until: float) -> list[float]:
-    """Start lags (ms) of the critical jobs due before `until` (epoch s) not yet read."""
+def critical_lags(conn, *, until: float) -> list[tuple[float, float]]:
+    """(start lag, claim lag) in ms of the critical jobs due before `until` (epoch s) not
+    yet read: started_at − run_at, and claimed_at − run_at (negative: claimed ahead, as
+    the dispatcher's lead intends)."""
     return [
-        float(r[0])
+        (float(r[0]), float(r[1]))
         for r in conn.execute(
             "UPDATE tasksapp_job SET queue = 'critical-read' WHERE queue = 'critical'"
             " AND started_at IS NOT NULL AND run_at <= to_timestamp(%s)"
-            " RETURNING extract(epoch FROM started_at - run_at) * 1000",
+            " RETURNING extract(epoch FROM started_at - run_at) * 1000,"
+            " extract(epoch FROM claimed_at - run_at) * 1000",
             [until],
         ).fetchall()
     ]
 
 
-def lag_summary(prefix: str, lags: list[float]) -> dict:
-    lag = summary(lags)
+def lag_summary(prefix: str, lags: list[tuple[float, float]]) -> dict:
+    lag = summary([start for start, _ in lags])
+    claim = summary([claimed for _, claimed in lags])
     return {
         f"{prefix}_jobs": len(lags),
         f"{prefix}_lag_p50_ms": round(lag["p50"], 1),
         f"{prefix}_lag_p95_ms": round(lag["p95"], 1),
         f"{prefix}_lag_p99_ms": round(lag["p99"], 1),
         f"{prefix}_lag_max_ms": round(lag["max"], 1),
+        f"{prefix}_claim_lag_p50_ms": round(claim["p50"], 1),
+        f"{prefix}_claim_lag_p99_ms": round(claim["p99"], 1),
+        f"{prefix}_claim_lag_max_ms": round(claim["max"], 1),
+        "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
 
 
 def quiet_phase(args, db, conn, key: str) -> dict:
-    stop = threading.Event()
-    stream = threading.Thread(
-        target=critical_stream, args=(db.url, stop, args.critical_per_s, f"{key}:critical")
-    )
-    stream.start()
-    time.sleep(args.quiet_seconds)
-    stop.set()
-    stream.join()
-    time.sleep(2)
-    return lag_summary("quiet_critical", critical_lags(conn, until=time.time()))
+    for seconds in (args.warm_seconds, args.quiet_seconds):  # the warm-up's lags dropped
+        stop = threading.Event()
+        stream = threading.Thread(
+            target=critical_stream, args=(db.url, stop, args.critical_per_s, f"{key}:critical")
+        )
+        stream.start()
+        time.sleep(seconds)
+        stop.set()
+        stream.join()
+        time.sleep(2)
+        lags = critical_lags(conn, until=time.time())
+    return lag_summary("quiet_critical", lags)
 
 
 def flood_phase(args, db, conn, client, key: str) -> dict:
@@ -197,7 +213,19 @@ def rate_phase(args, conn, client, key: str) -> dict:
     first = starts[0]
     in_window = sum(1 for t in starts if t < first + args.rate_seconds)
     per_s = [sum(1 for t in starts if first + s <= t < first + s + 1) for s in range(60)]
+    # The limiter's own figure: claims (the database's claimed_at), apart from how fast
+    # the workers start what was claimed.
+    claimed = [
+        row[0]
+        for row in conn.execute(
+            "SELECT extract(epoch FROM claimed_at)::float8 FROM tasksapp_job"
+            " WHERE queue = 'api' AND claimed_at IS NOT NULL ORDER BY claimed_at"
+        ).fetchall()
+    ]
+    claims_in_window = sum(1 for t in claimed if t < claimed[0] + args.rate_seconds)
     return {
+        "claims_in_window": claims_in_window,
+        "claimed_per_s": round(claims_in_window / args.rate_seconds, 1),
         "rate_limit_per_s": args.rate,
         "window_s": args.rate_seconds,
         "starts_in_window": in_window,
@@ -205,6 +233,7 @@ def rate_phase(args, conn, client, key: str) -> dict:
         "off_by_pct": round(100 * (in_window / (args.rate * args.rate_seconds) - 1), 2),
         "busiest_second": max(per_s),
         "quietest_second": min(per_s),
+        "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "attempts_over_1": conn.execute(
             "SELECT count(*) FROM tasksapp_job WHERE queue = 'api' AND attempts <> 1"
         ).fetchone()[0],
@@ -217,7 +246,8 @@ def main() -> None:
     os.environ["BENCH_ROUTING_REDIS"] = BROKER_URL
     client = redis.Redis.from_url(BROKER_URL)
     with BenchDatabase("tempo_bench_routing") as db, db.connect() as conn:
-        cluster = bench_cluster(db.url, "routing")
+        lead = {} if args.lead_ms is None else {"TEMPO_DISPATCH_LEAD_MS": str(args.lead_ms)}
+        cluster = bench_cluster(db.url, "routing", **lead)
         try:
             for i in range(args.workers):
                 cluster.worker(

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import transaction
 
 from tasksapp.engine.models import JobState
-from tasksapp.engine.ratelimit import gcra_allowance, gcra_next_start_ms
+from tasksapp.engine.ratelimit import gcra_allowance, gcra_batch, gcra_next_start_ms
 from tasksapp.engine.store import job_store
 from tasksapp.engine.store.rows import (
     Claim,
@@ -115,7 +115,10 @@ def job_claim_limited(
         if claimed.claims:
             store.set_rate_tat(queue, tat_ms)
     next_start = gcra_next_start_ms(
-        tat_ms=tat_ms, limit=limits.rate_limit, period_ms=limits.rate_period * 1000
+        tat_ms=tat_ms,
+        limit=limits.rate_limit,
+        period_ms=limits.rate_period * 1000,
+        starts=gcra_batch(limits.rate_limit),
     )
     return LimitedClaim(claimed.claims, claimed.held, next_start)
 

@@ -126,14 +126,14 @@ def test_a_rate_limit_spreads_starts_and_holds_the_jobs_back_as_due(cluster, sql
             "SELECT extract(epoch FROM began_at)::float8 FROM test_runs ORDER BY began_at"
         ).fetchall()
     ]
-    # Claimed at 20/s after a burst of 2: the last 3.9 s after the first. The handlers'
+    # Claimed at 20/s after a burst of 5: the last 3.75 s after the first. The handlers'
     # starts follow, give or take the worker's delivery (its first start is the slowest).
     claimed = sql.execute(
         "SELECT extract(epoch FROM max(claimed_at) - min(claimed_at))::float8 FROM tasksapp_job"
     ).fetchone()[0]
-    assert 3.85 <= claimed < 5.0  # (the claim reads the clock a moment after the lock)
+    assert 3.7 <= claimed < 5.0  # (the claim reads the clock a moment after the lock)
     assert began[-1] - began[0] >= 3.0
     windows = [sum(1 for t in began if start <= t < start + 1.0) for start in began]
-    assert max(windows) <= 20 + 2 + 1  # the limit, one burst of a tenth, delivery jitter
+    assert max(windows) <= 20 + 5 + 1  # the limit, one burst of a quarter, delivery jitter
     attempts = sql.execute("SELECT max(attempts) FROM tasksapp_job").fetchone()[0]
     assert attempts == 1  # held back as due, never failed

@@ -14,8 +14,9 @@ import math
 import os
 import signal
 import socket
+import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 
 from django.db import DatabaseError, InterfaceError, connection
@@ -26,8 +27,10 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 from tasksapp.engine import sql
 from tasksapp.engine.dispatcher.coordination import REBALANCE, LocalCoordinator, PostgresCoordinator
+from tasksapp.engine.dispatcher.limited import LimitedClaimer
 from tasksapp.engine.dispatcher.routing import Route, RoutingRules, routing_rules_read
 from tasksapp.engine.dispatcher.sources.base import (
+    BACKPRESSURE_RETRY_MS,
     MODE_UNREACHABLE,
     ClaimOutcome,
     DispatchContext,
@@ -61,6 +64,7 @@ MAX_WAIT_SECONDS = 0.1  # wake up this often to notice signals (no query is made
 # it is not asked again for this long (each ask makes one connection retry, after 2 s).
 BROKER_ERRORS = (KombuOperationalError, OSError)
 BROKER_RETRY_SECONDS = 1.0
+NOT_FOUND = "404"  # the reply code of a passive declare of a queue that does not exist
 
 
 class CeleryPublisher:
@@ -112,8 +116,13 @@ class CeleryPublisher:
                 return declared.message_count
         except BROKER_ERRORS:
             raise
-        except Exception:  # an unknown queue (nothing sent yet) or a broker hiccup
-            return None
+        except Exception as exc:
+            # Redis removes an empty list, and the passive declare of a queue without a
+            # list says "not found": nothing waits in it (None would lift backpressure
+            # each time the workers empty the queue).
+            if str(getattr(exc, "reply_code", "")) == NOT_FOUND:  # '404' from kombu's Redis
+                return 0
+            return None  # a broker hiccup
 
 
 def split_batches(
@@ -148,6 +157,20 @@ class DispatcherLoop:
         self.degraded_reason = ""  # why only critical jobs are claimed now ("": all are)
         self.backlog_since: float | None = None  # over DEGRADED_BACKLOG since (ms)
         self.backlog_degraded_until: float | None = None
+        self.claim_floor = MIN_PRIORITY  # the lowest priority claimed now (min_priority)
+        self.loop_thread = threading.get_ident()
+        # From the limited claimer's thread, for the loop to act on: a broker error, and
+        # when its claims' leases want the reaper.
+        self.claimer_broker_error: BaseException | None = None
+        self.claimer_reaps: deque[float] = deque()
+        self.limited = LimitedClaimer(
+            claim=self._claim_limited,
+            rules=lambda: self.rules,
+            min_priority=lambda: self.claim_floor,
+            now_ms=self.now_ms,
+            aging_ms=self.settings.priority_aging_seconds * 1000,
+            name=f"{self.name} limited claimer",
+        )
         self.source = self._due_source()
         self.stepped_out = False  # out of the ring until the broker answers again
         self._reset_schedule()
@@ -165,6 +188,7 @@ class DispatcherLoop:
             claim_and_publish=self.claim_and_publish,
             rules=lambda: self.rules,
             min_priority=self.min_priority,
+            limited=self.limited,
         )
         if self.settings.dispatch_mode == "database":
             return DatabaseSource(context, listen_notify=self.uses_notify)
@@ -181,6 +205,7 @@ class DispatcherLoop:
 
     # -- life cycle -------------------------------------------------------------------
     def start(self) -> None:
+        self.loop_thread = threading.get_ident()
         use_engine_sessions()
         self.record, _ = Dispatcher.objects.update_or_create(
             name=self.name,
@@ -233,6 +258,7 @@ class DispatcherLoop:
     def stop(self) -> None:
         """Hand back everything held: unclaimed timers are dropped (they stay `scheduled`
         in the database), partition locks are released with the session."""
+        self.limited.stop()
         self.source.forget()
         if self.coordinator is not None:
             self.coordinator.close()
@@ -263,10 +289,14 @@ class DispatcherLoop:
                 self._wait_for_broker(wait=wait)
                 return
             self._ensure_connected()
+            self._take_claimer_news()
+            if self.stepped_out:
+                return
             if self.now_ms() >= self.next_coordination:
                 self._coordinate()
             if self.rules_stale:
                 self._load_rules()
+            self._record_degraded()  # also while only the limited claimer holds jobs
             self.source.step()
             if self.stepped_out:  # the broker failed during this step
                 return
@@ -329,27 +359,60 @@ class DispatcherLoop:
         """Claim these ids (fenced: only rows still due are won) and publish the claims,
         each to its queue. Ids of a limited queue are claimed within its limits, counted
         in the database; those held back by them are returned."""
-        ttl = self.settings.claim_ttl_seconds
-        outcome = ClaimOutcome()
-        if limited_queue is None:
-            claims = job_claim_due(ids=due, owner=self.name, ttl=ttl)
-        else:
-            limited = job_claim_limited(
-                queue=limited_queue, ids=due, owner=self.name, ttl=ttl, room=len(due)
-            )
-            claims = limited.claims
-            outcome = ClaimOutcome(limited.held, limited.next_start_ms)
+        claims, outcome = self._claim(due, limited_queue)
         lost = len(due) - len(claims) - len(outcome.held)
         self.counters.update(statements=1, claims=len(claims), claims_lost=lost)
         if lost:
             self._flush_counters()
         if claims:
-            check_at = self.now_ms() + ttl * 1000 + 500
+            check_at = self.now_ms() + self.settings.claim_ttl_seconds * 1000 + 500
             self.next_reap = min(self.next_reap or math.inf, check_at)
+        self._publish_claims(claims)
+        return outcome
+
+    def _claim(self, due: list[int], limited_queue: str | None) -> tuple[list[Claim], ClaimOutcome]:
+        ttl = self.settings.claim_ttl_seconds
+        if limited_queue is None:
+            return job_claim_due(ids=due, owner=self.name, ttl=ttl), ClaimOutcome()
+        limited = job_claim_limited(
+            queue=limited_queue, ids=due, owner=self.name, ttl=ttl, room=len(due)
+        )
+        return limited.claims, ClaimOutcome(limited.held, limited.next_start_ms)
+
+    def _publish_claims(self, claims: list[Claim]) -> None:
         for queue, queue_claims in _by_queue(claims).items():
             if not self._publish(queue, queue_claims):
                 break
-        return outcome
+
+    def _claim_limited(self, due: list[int], queue: str) -> ClaimOutcome:
+        """The limited claimer's claim, on its thread and connection: as many as the
+        queue's Celery queue has room for (unless a concurrency limit bounds it), within
+        the queue's limits, published. What the loop must know (its counters, the
+        reaper's next look, a broker error) is handed over, not written here."""
+        rest: list[int] = []
+        if not self.rules.bounded(queue):
+            room = self._room_for(len(due), queue)
+            if room <= 0:
+                return ClaimOutcome(due, self.now_ms() + BACKPRESSURE_RETRY_MS)
+            due, rest = due[:room], due[room:]
+        claims, outcome = self._claim(due, queue)
+        lost = len(due) - len(claims) - len(outcome.held)
+        with self.limited.lock:
+            self.limited.counters.update(statements=1, claims=len(claims), claims_lost=lost)
+        if claims:
+            reap_at = self.now_ms() + self.settings.claim_ttl_seconds * 1000 + 500
+            self.claimer_reaps.append(reap_at)
+        self._publish_claims(claims)
+        return ClaimOutcome(outcome.held + rest, outcome.retry_at_ms)
+
+    def _take_claimer_news(self) -> None:
+        """What the limited claimer's thread left for the loop."""
+        while self.claimer_reaps:
+            check_at = self.claimer_reaps.popleft()
+            self.next_reap = min(self.next_reap or math.inf, check_at)
+        error, self.claimer_broker_error = self.claimer_broker_error, None
+        if error is not None:
+            self._broker_unreachable(error)
 
     def _publish(self, queue: str, claims: list[Claim]) -> bool:
         batches = split_batches(
@@ -370,6 +433,10 @@ class DispatcherLoop:
         return True
 
     def _broker_unreachable(self, exc: BaseException) -> None:
+        if threading.get_ident() != self.loop_thread:  # the limited claimer's thread
+            self.broker_retry_at = self.now_ms() + BROKER_RETRY_SECONDS * 1000
+            self.claimer_broker_error = exc
+            return
         log.warning("dispatcher %s: broker unreachable, claiming nothing: %s", self.name, exc)
         self.broker_retry_at = self.now_ms() + BROKER_RETRY_SECONDS * 1000
         if self.uses_notify and not self.stepped_out:
@@ -447,11 +514,12 @@ class DispatcherLoop:
         self.rules = routing_rules_read()
         self.rules_stale = False
         self._record_degraded()
+        self.limited.nudge()  # a queue resumed, a limit raised: look at once
 
     def min_priority(self) -> int:
         """The lowest priority claimed now: the critical one while degraded."""
         self._record_degraded()
-        return self.rules.critical_priority if self.degraded_reason else MIN_PRIORITY
+        return self.claim_floor
 
     def _record_degraded(self) -> None:
         reason = self._degraded_now()
@@ -459,6 +527,10 @@ class DispatcherLoop:
             log.warning("dispatcher %s: degraded mode %s", self.name, reason or "off")
             self.degraded_reason = reason
             Dispatcher.objects.filter(name=self.name).update(degraded_reason=reason)
+        floor = self.rules.critical_priority if reason else MIN_PRIORITY
+        if floor != self.claim_floor:  # the limited claimer reads it: tell it at once
+            self.claim_floor = floor
+            self.limited.nudge()
 
     def _degraded_now(self) -> str:
         """Why only critical jobs may be claimed now, or "" (docs/ROUTING.md)."""
@@ -496,6 +568,7 @@ class DispatcherLoop:
         return reason
 
     def _flush_counters(self) -> None:
+        self.counters.update(self.limited.take_counters())
         counts = {k: v for k, v in self.counters.items() if v}
         if not counts:
             return

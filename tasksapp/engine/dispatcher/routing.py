@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from tasksapp.engine.models import JobQueue, RoutingMode
 from tasksapp.engine.options import DEFAULT_PRIORITY, DEFAULT_QUEUE, MAX_PRIORITY, MIN_PRIORITY
-from tasksapp.engine.ratelimit import BURST_SHARE
+from tasksapp.engine.ratelimit import gcra_burst
 
 LEVELS = range(MAX_PRIORITY, MIN_PRIORITY - 1, -1)  # highest first
 
@@ -73,6 +73,18 @@ class ReadyJobs:
         if where is not None:
             queue, priority = where
             del self._queues[queue][priority][job_id]
+
+    def pop_queue(self, queue: str) -> list[tuple[int, Route]]:
+        """Every job of `queue`, with its route, removed from the set."""
+        buckets = self._queues.pop(queue, None) or []
+        jobs = [
+            (job_id, Route(queue, level, run_at_ms))
+            for level, bucket in enumerate(buckets)
+            for job_id, run_at_ms in bucket.items()
+        ]
+        for job_id, _ in jobs:
+            del self._route[job_id]
+        return jobs
 
     def remove_where(self, drop: Callable[[int], bool]) -> None:
         for job_id in [job_id for job_id in self._route if drop(job_id)]:
@@ -138,7 +150,7 @@ def candidates_for(queue: JobQueue) -> int:
     if queue.concurrency_limit is not None:
         at_once.append(queue.concurrency_limit)
     if queue.rate_limit is not None:
-        at_once.append(max(1, queue.rate_limit // BURST_SHARE))
+        at_once.append(gcra_burst(queue.rate_limit))
     return max(1, min(MAX_CANDIDATES, 2 * min(at_once)))
 
 

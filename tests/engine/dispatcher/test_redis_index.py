@@ -11,7 +11,7 @@ import redis
 from django.utils import timezone
 
 from tasksapp.engine.dispatcher.loop import DispatcherLoop
-from tasksapp.engine.dispatcher.redis_index import RedisIndex
+from tasksapp.engine.dispatcher.redis_index import GENERATION, RedisIndex
 from tasksapp.engine.models import Dispatcher, Job
 from tasksapp.engine.services import job_cancel, job_schedule
 from tests.conftest import RecordingPublisher
@@ -72,7 +72,7 @@ def test_an_unbuilt_or_lost_shard_is_reported_not_served(index):
     index.add_many([(0, 1, 1000), (1, 2, 1000)])
     taken = index.take(shards=[0, 1], until_ms=5000, lease_ms=1000, limit=10)
     assert taken.unbuilt == [1] and taken.ids == {0: [1]}
-    index.client.delete(index.key("generation"))  # as after FLUSHALL or a restart
+    index.client.delete(index.key(GENERATION))  # as after FLUSHALL or a restart
     assert index.take(shards=[0], until_ms=5000, lease_ms=1000, limit=10).unbuilt == [0]
 
 
@@ -86,7 +86,7 @@ def test_add_honours_the_horizon_and_the_marker(index):
 
 def test_a_marker_of_an_old_generation_does_not_count(index):
     old = build(index, [0])
-    index.client.delete(index.key("generation"))
+    index.client.delete(index.key(GENERATION))
     assert index.generation() != old
     assert not index.mark_built(0, generation=old, horizon_ms=10**15)
     assert index.horizons([0]) == {0: None}
@@ -205,7 +205,7 @@ def test_a_lost_index_falls_back_to_polling_and_is_rebuilt(loop):
     run_until(lambda: loop.publisher.claims, loop)
     assert [c[0] for c in loop.publisher.claims] == [job.id]
     run_until(lambda: len(loop.source.indexed) == 16, loop)
-    assert index.client.get(index.key("generation")) is not None
+    assert index.client.get(index.key(GENERATION)) is not None
 
 
 @pytest.mark.django_db(transaction=True)

@@ -165,7 +165,7 @@ def test_a_rate_limit_holds_jobs_back_as_due_not_failed(loop):
     for _ in range(10):
         dispatcher.step(wait=True)
     assert sorted(states(*jobs)) == [JobState.CLAIMED, JobState.SCHEDULED, JobState.SCHEDULED]
-    assert dispatcher.source.retry_at >= dispatcher.now_ms() + 25_000  # the next start's time
+    assert dispatcher.limited.retry_at >= dispatcher.now_ms() + 25_000  # the next start's time
 
 
 def test_degraded_mode_claims_only_critical_jobs_then_resumes_by_priority(loop, one_by_one):

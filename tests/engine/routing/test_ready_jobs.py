@@ -1,7 +1,6 @@
-"""The dispatcher's claim order (ReadyJobs) and the rate limit's arithmetic (GCRA)."""
+"""The dispatcher's claim order (ReadyJobs)."""
 
 from tasksapp.engine.dispatcher.routing import ReadyJobs, Route
-from tasksapp.engine.ratelimit import gcra_allowance, gcra_next_start_ms
 
 MINUTE = 60_000.0
 
@@ -55,29 +54,3 @@ def test_an_added_job_moves_when_added_again():
     held = ready((1, "q", 1, 100))
     held.add(1, Route("r", 7, 100))
     assert held.queues() == ["r"] and held.first("r", 5, now_ms=200) == [1]
-
-
-def test_gcra_lets_a_tenth_of_the_period_through_then_spreads_the_rest():
-    # 200 starts per second: 20 at once (a tenth of a second's worth), then one every 5 ms.
-    allowed, tat = gcra_allowance(tat_ms=None, now_ms=0, limit=200, period_ms=1000, wanted=500)
-    assert allowed == 20 and tat == 100
-    assert gcra_allowance(tat_ms=tat, now_ms=0, limit=200, period_ms=1000, wanted=5)[0] == 0
-    assert gcra_next_start_ms(tat_ms=tat, limit=200, period_ms=1000) == 5
-    allowed, tat = gcra_allowance(tat_ms=tat, now_ms=50, limit=200, period_ms=1000, wanted=500)
-    assert allowed == 10 and tat == 150
-
-
-def test_gcra_holds_the_rate_in_every_window():
-    tat, starts = None, []
-    for now in range(0, 10_000, 7):  # asked every 7 ms for more than the rate allows
-        allowed, tat = gcra_allowance(tat_ms=tat, now_ms=now, limit=100, period_ms=1000, wanted=50)
-        starts += [now] * allowed
-    for i, start in enumerate(starts):
-        in_period = [s for s in starts[i:] if s < start + 1000]
-        assert len(in_period) <= 100 + 10  # the limit, and at most one burst of a tenth
-    assert 1000 - 2 <= len(starts) <= 1000 + 10  # 100/s over 10 s, plus the first burst
-
-
-def test_gcra_of_a_small_limit_lets_one_through_at_a_time():
-    allowed, tat = gcra_allowance(tat_ms=None, now_ms=0, limit=2, period_ms=1000, wanted=5)
-    assert allowed == 1 and gcra_next_start_ms(tat_ms=tat, limit=2, period_ms=1000) == 500

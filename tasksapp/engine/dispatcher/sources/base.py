@@ -23,6 +23,16 @@ class ClaimOutcome:
     retry_at_ms: float | None = None
 
 
+class LimitedJobs(Protocol):
+    """What a source hands the due jobs of limited queues to (dispatcher/limited.py)."""
+
+    def offer(self, jobs: list[tuple[int, Route]]) -> None: ...
+    def remove(self, job_id: int) -> None: ...
+    def remove_where(self, drop: Callable[[int], bool]) -> None: ...
+    def clear(self) -> None: ...
+    def waiting(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class DispatchContext:
     """The dispatcher's side, as its due source sees it."""
@@ -44,6 +54,8 @@ class DispatchContext:
     # The queues' settings and the routing mode, and the lowest priority claimed now.
     rules: Callable[[], RoutingRules]
     min_priority: Callable[[], int]
+    # Claims the due jobs of limited queues handed to it, on a thread of its own.
+    limited: LimitedJobs
 
 
 class DueSource(Protocol):

@@ -6,7 +6,8 @@ pages, into a hierarchical timing wheel. Until the next poll, NOTIFY announces t
 scheduled meanwhile: a job due before the polled horizon goes into the wheel at once.
 Both carry each job's route (queue, priority): jobs due are claimed per queue, highest
 priority first, unless their queue is paused or they are below the critical priority in
-degraded mode; a limited queue's claim may hold some back (dispatcher/routing.py).
+degraded mode (dispatcher/routing.py). The due jobs of a limited queue are handed to the
+limited claimer, which claims them on a thread of its own (dispatcher/limited.py).
 """
 
 from __future__ import annotations
@@ -22,11 +23,6 @@ from tasksapp.engine.dispatcher.wheel import TimingWheel
 from tasksapp.engine.transitions import DueJob, job_poll_due
 
 MODE_DATABASE = "database"
-# A limited queue's claim looks again this soon while its limits hold some jobs back (a
-# slot frees when a job ends); later if it claimed none (the queue is full, or another
-# dispatcher is claiming it), so a full queue costs its dispatchers little.
-LIMITED_RETRY_MS = 20
-LIMITED_FULL_RETRY_MS = 50
 
 
 class DatabaseSource:
@@ -72,12 +68,14 @@ class DatabaseSource:
         self.wheel = _new_wheel()
         self.routes = {}
         self.ready = ReadyJobs(aging_ms=self.settings.priority_aging_seconds * 1000)
+        self.context.limited.clear()
 
     def drop_held(self, partitions: set[int]) -> None:
         """Forget the timers of these partitions (released, or served by the index)."""
         count = self.partitions
         self.wheel.remove_where(lambda key: key % count in partitions)
         self.ready.remove_where(lambda key: key % count in partitions)
+        self.context.limited.remove_where(lambda key: key % count in partitions)
         self.routes = {k: v for k, v in self.routes.items() if k % count not in partitions}
 
     # -- one turn -----------------------------------------------------------------------
@@ -131,39 +129,33 @@ class DatabaseSource:
             return
         rules, min_priority = self.context.rules(), self.context.min_priority()
         for queue in self.ready.queues():
-            if rules.paused(queue):
-                continue
-            limited = rules.candidates(queue) if rules.limited(queue) else None
-            self._dispatch_queue(queue, limited=limited, min_priority=min_priority)
+            if rules.limited(queue):
+                self._hand_over(queue)
+            elif not rules.paused(queue):
+                self._dispatch_queue(queue, min_priority=min_priority)
 
-    def _dispatch_queue(self, queue: str, *, limited: int | None, min_priority: int) -> None:
+    def _hand_over(self, queue: str) -> None:
+        """A limited queue's due jobs go to the limited claimer (its own thread)."""
+        jobs = self.ready.pop_queue(queue)
+        for job_id, _ in jobs:
+            self.routes.pop(job_id, None)
+        self.context.limited.offer(jobs)
+
+    def _dispatch_queue(self, queue: str, *, min_priority: int) -> None:
         """Claim what the queue has room for, best first; plan when to look again at what
         is left (a paused queue, or jobs below the critical priority, wait for a NOTIFY
-        that the routing changed). `limited`: how many jobs a limited queue's claim is
-        offered (None: the queue has no limits)."""
+        that the routing changed)."""
         waiting = self.ready.count(queue, min_priority=min_priority)
         if not waiting:
             return
-        if limited is not None and self.context.rules().bounded(queue):
-            room = min(waiting, limited)
-        else:
-            room = self.context.room_for(waiting, queue)
-        if limited is not None:
-            room = min(room, limited)
+        room = self.context.room_for(waiting, queue)
         if room > 0:
             now = self.context.now_ms()
             due = self.ready.first(queue, room, now_ms=now, min_priority=min_priority)
-            outcome = self.context.claim_and_publish(due, None if limited is None else queue)
-            held = set(outcome.held)
+            self.context.claim_and_publish(due, None)
             for job_id in due:
-                if job_id not in held:
-                    self.ready.remove(job_id)
-                    self.routes.pop(job_id, None)
-            if held:
-                full = len(held) == len(due)
-                pause = LIMITED_FULL_RETRY_MS if full else LIMITED_RETRY_MS
-                self._retry_at(outcome.retry_at_ms or now + pause)
-                return
+                self.ready.remove(job_id)
+                self.routes.pop(job_id, None)
             if room >= waiting:
                 return
         self._retry_at(self.context.now_ms() + BACKPRESSURE_RETRY_MS)
@@ -171,18 +163,28 @@ class DatabaseSource:
     def _retry_at(self, at_ms: float) -> None:
         self.retry_at = at_ms if self.retry_at is None else min(self.retry_at, at_ms)
 
+    def hold_due(self, jobs: list[tuple[int, Route]]) -> None:
+        """Jobs due now, learnt elsewhere (the Redis index): claimed from the next turn's
+        dispatch on, as the jobs of the wheel are."""
+        for job_id, route in jobs:
+            self.wheel.remove(job_id)
+            self.routes[job_id] = route
+            self.ready.add(job_id, route)
+
     def announced(self, job_id: int, run_at_ms: int | None, route: Route | None = None) -> None:
         if run_at_ms is None:
             self.wheel.remove(job_id)
             self.ready.remove(job_id)
+            self.context.limited.remove(job_id)
             self.routes.pop(job_id, None)
         elif run_at_ms < self.horizon_ms:
             self.routes[job_id] = route or default_route(run_at_ms)
             self.ready.remove(job_id)  # rescheduled: it waits for its new run time
+            self.context.limited.remove(job_id)
             self.wheel.add(job_id, run_at_ms - self.context.lead_ms())
 
     def waiting(self) -> int:
-        return len(self.ready)
+        return len(self.ready) + self.context.limited.waiting()
 
     def next_deadline(self) -> float:
         deadline = self.next_poll

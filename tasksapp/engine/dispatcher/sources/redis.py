@@ -10,8 +10,13 @@ database mode) is the only instance that writes its shard, so rebuilds never ove
   (including the planner's set-based insert); the owner turns it into ZADD/ZREM.
   Work due later is read into the index by a sync every `INDEX_SYNC_SECONDS`
   (jobs-table reads, counted as polls).
-- Take: members due by now + lead move to in-flight (one Lua script), are claimed in
-  Postgres with the fenced `CLAIM_DUE`, then dropped from in-flight whether won or lost.
+- Take: members due by now + lead move to in-flight (one Lua script), with the routes
+  the index keeps beside them (queue, priority), and are handed to the inner database
+  source's due jobs, then dropped from in-flight. From there they are claimed as in
+  database mode: highest priority first, paused queues held, limited queues claimed by
+  the limited claimer within their limits. Should the dispatcher die holding them, they
+  are still `scheduled` rows: the peer that takes the partition reads every scheduled job
+  of the notify window into the index again (`_check_pending`).
 - Loss: a shard marker missing for the current generation (FLUSHALL, restart, failover)
   or any Redis error sends the shard(s) to database polling at once; the owner rebuilds
   them from the `scheduled` rows, page by page, and switches back.
@@ -26,15 +31,10 @@ import redis
 
 from tasksapp.engine import sql
 from tasksapp.engine.dispatcher.redis_index import MAX_TAKE, RedisIndex, Taken
-from tasksapp.engine.dispatcher.routing import Route
-from tasksapp.engine.dispatcher.sources.base import (
-    BACKPRESSURE_RETRY_MS,
-    MODE_UNREACHABLE,
-    DispatchContext,
-)
+from tasksapp.engine.dispatcher.routing import Route, default_route
+from tasksapp.engine.dispatcher.sources.base import MODE_UNREACHABLE, DispatchContext
 from tasksapp.engine.dispatcher.sources.database import DatabaseSource
 from tasksapp.engine.models import Dispatcher
-from tasksapp.engine.settings import DEFAULT_QUEUE
 from tasksapp.engine.transitions import DueJob, job_poll_due
 
 log = logging.getLogger(__name__)
@@ -252,29 +252,30 @@ class RedisIndexSource:
         self.context.counters.update(polls=1, statements=1, rows_fetched=len(rows))
         self.context.flush_counters()
         parts = self.partitions
-        self.index.add_many([(r.id % parts, r.id, r.run_at_ms) for r in rows])
+        self.index.add_many(
+            [(r.id % parts, r.id, r.run_at_ms) for r in rows],
+            {r.id: (r.priority, r.queue) for r in rows},
+        )
         return rows
 
     # -- take, claim, return ------------------------------------------------------------
     def _take(self) -> None:
-        room = self.context.room_for(MAX_TAKE, DEFAULT_QUEUE)
+        """Everything due, with its route, to the database source's due jobs: it claims
+        them per queue and priority, within pauses, limits and backpressure (this turn)."""
         now = self.context.now_ms()
-        if room <= 0:  # backpressure: the workers are behind; ask again shortly
-            self.next_take = now + BACKPRESSURE_RETRY_MS
-            return
         taken = self.index.take(
             shards=sorted(self.indexed),
             until_ms=int(now + self.context.lead_ms()),
             lease_ms=self.lease_ms,
-            limit=room,
+            limit=MAX_TAKE,
         )
         if taken.unbuilt:
             self._lost_shards(set(taken.unbuilt))
         ids = taken.all_ids()
         if ids:
-            self.context.claim_and_publish(ids, None)
+            self.database.hold_due([(i, _taken_route(taken, i, now)) for i in ids])
             self.index.ack(taken)
-        self._plan_next_take(taken, now, full=len(ids) >= room)
+        self._plan_next_take(taken, now, full=len(ids) >= MAX_TAKE)
 
     def _plan_next_take(self, taken: Taken, now: float, *, full: bool) -> None:
         check = now + self.settings.index_check_seconds * 1000
@@ -300,13 +301,10 @@ class RedisIndexSource:
 
     # -- notifications ------------------------------------------------------------------
     def announced(self, job_id: int, run_at_ms: int | None, route: Route | None = None) -> None:
-        # The index holds ids and run times only: the jobs it serves are claimed as they
-        # fall due, published to their queues, without priorities, pauses or limits
-        # (docs/ROUTING.md); the shards polled meanwhile are routed by the database source.
-        if not self._index_announced(job_id, run_at_ms):
+        if not self._index_announced(job_id, run_at_ms, route):
             self.database.announced(job_id, run_at_ms, route)
 
-    def _index_announced(self, job_id: int, run_at_ms: int | None) -> bool:
+    def _index_announced(self, job_id: int, run_at_ms: int | None, route: Route | None) -> bool:
         """Index an announced job; False if the database source must handle it."""
         shard = job_id % self.partitions
         if shard not in self.indexed and shard not in self.rebuilding:
@@ -315,9 +313,11 @@ class RedisIndexSource:
             if run_at_ms is None:
                 self.index.remove(shard=shard, job_id=job_id)
             elif shard in self.rebuilding:  # rows read before it came are in already
-                self.index.add_many([(shard, job_id, run_at_ms)])
+                self.index.add_many([(shard, job_id, run_at_ms)], _routes(job_id, route))
             else:
-                added = self.index.add(shard=shard, job_id=job_id, run_at_ms=run_at_ms)
+                added = self.index.add(
+                    shard=shard, job_id=job_id, run_at_ms=run_at_ms, route=_index_route(route)
+                )
                 if added == 1:
                     self.next_take = min(self.next_take, run_at_ms - self.context.lead_ms())
                 elif added == 0:
@@ -337,3 +337,23 @@ class RedisIndexSource:
         if mode != self.mode:
             self.mode = mode
             Dispatcher.objects.filter(name=self.context.name).update(dispatch_mode=mode)
+
+
+def _index_route(route: Route | None) -> tuple[int, str] | None:
+    """An announced job's route as the index keeps it (None: announced without one)."""
+    return None if route is None else (route.priority, route.queue)
+
+
+def _routes(job_id: int, route: Route | None) -> dict[int, tuple[int, str]]:
+    indexed = _index_route(route)
+    return {} if indexed is None else {job_id: indexed}
+
+
+def _taken_route(taken: Taken, job_id: int, now: float) -> Route:
+    """A taken member's route; one without (removed as it was taken: cancelled) is tried
+    as a default job, and its fenced claim finds it no longer due."""
+    run_at_ms = taken.run_at_ms.get(job_id, now)
+    if job_id not in taken.routes:
+        return default_route(run_at_ms)
+    priority, queue = taken.routes[job_id]
+    return Route(queue, priority, run_at_ms)
