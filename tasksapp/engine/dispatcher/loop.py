@@ -444,6 +444,8 @@ class DispatcherLoop:
         self.counters.update(statements=1, reaped=reaped)
         if reaped:
             log.info("dispatcher %s: returned %s jobs with expired leases", self.name, reaped)
+            if not self.uses_notify and isinstance(self.source, DatabaseSource):
+                self.source.rewind()  # no NOTIFY announces their next run: poll for it now
         self.next_reap = None if next_expiry_ms is None else next_expiry_ms + 200
 
     def _heartbeat(self) -> None:
@@ -530,7 +532,8 @@ class DispatcherLoop:
             self._on_notification(payload)
 
     def _on_notification(self, payload: str) -> None:
-        self.counters.update(notifications=1)
+        if self.uses_notify:  # polling only, the one wake-up is the peer watcher's
+            self.counters.update(notifications=1)
         if payload == REBALANCE:  # a peer came or went: look at the partitions now
             self.next_coordination = 0.0
             return
