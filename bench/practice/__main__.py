@@ -95,8 +95,14 @@ def parse() -> argparse.Namespace:
     parser.add_argument(
         "--one-per-message",
         action="store_true",
-        help="one job per message and -c THREADS per worker, instead of "
-        "batches run side by side by a -c 1 worker",
+        help="one job per message and -c THREADS per worker (the default but with "
+        "--shared-workers), instead of batches run side by side by a -c 1 worker",
+    )
+    parser.add_argument(
+        "--batches",
+        action="store_true",
+        help="messages of up to THREADS jobs run side by side by a -c 1 worker (the "
+        "default with --shared-workers)",
     )
     parser.add_argument(
         "--env",
@@ -142,10 +148,12 @@ class Practice:
         self.ours, self.baseline = ours, baseline
         self.ours_sql = ours.connect()
         self.naive_sql = baseline.connect() if baseline else None
-        # By default a dispatcher's share of a burst travels in messages of up to
+        # In batch mode a dispatcher's share of a burst travels in messages of up to
         # --threads jobs; each worker takes one message at a time and runs its handlers
-        # side by side (never more than --threads at once per process).
-        batching = {} if args.one_per_message else {"TEMPO_BATCH_PARALLELISM": str(args.threads)}
+        # side by side (never more than --threads at once per process). Otherwise each
+        # job is a message and each worker runs --threads of them at once.
+        self.batches = _batch_mode(args)
+        batching = {"TEMPO_BATCH_PARALLELISM": str(args.threads)} if self.batches else {}
         polling = {"TEMPO_DISPATCH_NOTIFY": "false"} if args.polling_only else {}
         self.inflight = Path(tempfile.mkdtemp(prefix="practice-inflight-"))
         self.proxies = []
@@ -204,7 +212,7 @@ class Practice:
     def plan(self) -> None:
         names = [f"d{i + 1}" for i in range(self.args.instances)]
         if self.args.shared_workers:
-            per_worker = self.args.threads if self.args.one_per_message else 1
+            per_worker = 1 if self.batches else self.args.threads
             for i in range(self.args.workers):
                 self._worker(f"w{i + 1}", per_worker)
         for name in names:
@@ -240,7 +248,7 @@ class Practice:
         """Start instance `name`: its dispatcher, and its own worker unless shared."""
         self.cluster.dispatcher(name)
         if not self.args.shared_workers:
-            concurrency = self.args.threads if self.args.one_per_message else 1
+            concurrency = 1 if self.batches else self.args.threads
             self._worker(_worker_of(name), concurrency)
         if self.baseline:
             self.naive_procs[name] = subprocess.Popen(
@@ -327,6 +335,14 @@ class Practice:
         instances = [Instance(**life, slots=slots) for life in self.slots.values()]
         delays = ideal_delays(run_at, instances)
         return efficient(delays), delays
+
+
+def _batch_mode(args) -> bool:
+    """Batches by default only in the earlier topology: a 5-slot worker that runs a batch
+    of one job (a job alone) takes nothing else meanwhile, its other 4 slots idle."""
+    if args.one_per_message:
+        return False
+    return args.batches or args.shared_workers
 
 
 def _worker_of(instance: str) -> str:

@@ -130,6 +130,7 @@ def practice_run(args, mode: str, index: IndexRedis) -> dict:
         workers=args.workers,
         threads=args.threads,
         one_per_message=False,
+        batches=True,
         shared_workers=True,  # the topology this comparison was measured in
         polling_only=False,
         env=[],
