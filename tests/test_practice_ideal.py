@@ -55,3 +55,9 @@ def test_the_score_is_the_exercises_integer_average_plus_stdev():
     assert score["stdev"] == pytest.approx(47.92, abs=0.01)
     assert score["efficient"] == pytest.approx(157.92, abs=0.01)
     assert efficient([])["efficient"] == 0 and not math.isnan(efficient([83.0])["stdev"])
+
+
+def test_a_job_that_never_waits_scores_exactly_the_work():
+    """Epoch seconds as the bench passes them: no float noise below 83 ms."""
+    run_at = [1795570821.1 + 0.7 * i for i in range(50)]
+    assert efficient(ideal_delays(run_at, [Instance(start=0.0)]))["efficient"] == 83
