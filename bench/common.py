@@ -23,13 +23,14 @@ BROKER_URL = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/0")
 class BenchDatabase:
     """A database of the bench's own, migrated; dropped on exit."""
 
-    def __init__(self, prefix: str, *, migrate: bool = True) -> None:
+    def __init__(self, prefix: str, *, migrate: bool = True, server: str = "") -> None:
         self.name = f"{prefix}_{uuid.uuid4().hex[:6]}"
-        self.url = f"{SERVER_URL}/{self.name}"
+        self.server = server or SERVER_URL
+        self.url = f"{self.server}/{self.name}"
         self.migrate = migrate
 
     def __enter__(self) -> BenchDatabase:
-        with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as conn:
+        with psycopg.connect(f"{self.server}/postgres", autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.name}"')
         if self.migrate:
             env = {**os.environ, "DATABASE_URL": self.url}  # the key: bench/__init__.py
@@ -45,7 +46,7 @@ class BenchDatabase:
         if os.environ.get("BENCH_KEEP_DB"):
             print(f"kept database {self.name}", file=sys.stderr)
             return
-        with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as conn:
+        with psycopg.connect(f"{self.server}/postgres", autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
 
 

@@ -319,6 +319,11 @@ TEMPO = {
     "POLL_INTERVAL_SECONDS": env.float("TEMPO_POLL_INTERVAL_SECONDS", default=240.0),
     # Without LISTEN/NOTIFY (SQLite) new work is found by this short poll instead.
     "FALLBACK_POLL_SECONDS": env.float("TEMPO_FALLBACK_POLL_SECONDS", default=0.5),
+    # false: dispatchers on PostgreSQL do not LISTEN; they learn of work only by polling
+    # every NOTIFY_OFF_POLL_SECONDS (LOOKAHEAD_SECONDS ahead), so work written at least
+    # that long plus the dispatch lead before its run time is claimed on time.
+    "DISPATCH_NOTIFY": env.bool("TEMPO_DISPATCH_NOTIFY", default=True),
+    "NOTIFY_OFF_POLL_SECONDS": env.float("TEMPO_NOTIFY_OFF_POLL_SECONDS", default=5.0),
     "POLL_LIMIT": env.int("TEMPO_POLL_LIMIT", default=50_000),
     "PARTITIONS": env.int("TEMPO_PARTITIONS", default=16),
     "COORDINATION_SECONDS": env.float("TEMPO_COORDINATION_SECONDS", default=2.0),

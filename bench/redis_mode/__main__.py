@@ -130,6 +130,11 @@ def practice_run(args, mode: str, index: IndexRedis) -> dict:
         workers=args.workers,
         threads=args.threads,
         one_per_message=False,
+        batches=True,
+        shared_workers=True,  # the topology this comparison was measured in
+        polling_only=False,
+        env=[],
+        latency_ms=0.0,
         no_kills=False,
         no_baseline=True,
         seed=args.seed,

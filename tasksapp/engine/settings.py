@@ -29,6 +29,8 @@ class TempoSettings:
     lookahead_seconds: float
     poll_interval_seconds: float
     fallback_poll_seconds: float
+    dispatch_notify: bool
+    notify_off_poll_seconds: float
     poll_limit: int
     partitions: int
     coordination_seconds: float
@@ -72,6 +74,8 @@ class TempoSettings:
                 "TEMPO_PREPARED_STATEMENTS needs a session connection: turn it off "
                 "behind a transaction pooler"
             )
+        if not self.notify_off_poll_seconds > 0:
+            raise ValueError("TEMPO_NOTIFY_OFF_POLL_SECONDS must be a positive number")
         if self.dispatch_mode not in DISPATCH_MODES:
             raise ValueError(
                 f"TEMPO_DISPATCH_MODE must be database or redis, not {self.dispatch_mode!r}"
@@ -95,23 +99,32 @@ class TempoSettings:
         raw = django_settings.TEMPO
         return cls(**{f.name: _TYPES[f.type](raw[f.name.upper()]) for f in fields(cls)})
 
-    def check_dispatch(self, *, listen_notify: bool) -> None:
+    def check_dispatch(self, *, listen_notify: bool, postgres: bool = True) -> None:
         """What a dispatcher asks of these settings on its database. With LISTEN/NOTIFY
-        (PostgreSQL) work scheduled after a poll is learnt from notifications, which
-        announce work due within the notify window only: a poll must not look further.
-        Without notifications there is no Redis mode (the index is written from them)."""
+        work scheduled after a poll is learnt from notifications, which announce work due
+        within the notify window only: a poll must not look further. Polling only
+        (`TEMPO_DISPATCH_NOTIFY=false` on PostgreSQL), every poll must look at least one
+        poll interval ahead, or work due just past the horizon is read too late. Without
+        notifications there is no Redis mode (the index is written from them)."""
         if listen_notify and self.lookahead_seconds > sql.NOTIFY_WINDOW_SECONDS:
             raise ValueError(
                 "TEMPO_LOOKAHEAD_SECONDS must not exceed the notify window "
                 f"({sql.NOTIFY_WINDOW_SECONDS} s)"
             )
-        if listen_notify and self.db_pooler and not self.session_database_url:
+        if postgres and not listen_notify and self.lookahead_seconds < self.notify_off_poll_seconds:
+            raise ValueError(
+                "TEMPO_LOOKAHEAD_SECONDS must be at least TEMPO_NOTIFY_OFF_POLL_SECONDS "
+                "when dispatchers poll only"
+            )
+        if postgres and self.db_pooler and not self.session_database_url:
             raise ValueError(
                 "TEMPO_DB_POOLER=transaction: a dispatcher needs TEMPO_SESSION_DATABASE_URL, "
                 "a direct connection to PostgreSQL for its advisory locks and LISTEN"
             )
         if not listen_notify and self.dispatch_mode == "redis":
-            raise ValueError("TEMPO_DISPATCH_MODE=redis needs PostgreSQL (LISTEN/NOTIFY)")
+            raise ValueError(
+                "TEMPO_DISPATCH_MODE=redis needs PostgreSQL with TEMPO_DISPATCH_NOTIFY=true"
+            )
 
 
 @functools.cache

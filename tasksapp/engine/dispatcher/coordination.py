@@ -2,7 +2,9 @@
 
 The session holds a per-instance advisory lock (liveness) and one advisory lock per
 owned partition; Postgres releases all of them the moment the process dies. The same
-session LISTENs for the job notifications sent by the insert/update trigger.
+session LISTENs for the job notifications sent by the insert/update trigger — unless the
+dispatchers poll only (TEMPO_DISPATCH_NOTIFY=false): then nothing LISTENs, peers coming
+and going are seen at the next coordination round, and a dead peer at once by the watcher.
 """
 
 from __future__ import annotations
@@ -39,12 +41,15 @@ class PeerWatcher:
     It blocks on the next peer's instance lock (ring order); Postgres grants it as soon as
     that peer's session ends — SIGKILL or graceful stop alike — and the watcher then tells
     every dispatcher to rebalance at once. A lock timeout makes it re-pick its peer when
-    instances come and go. Cost: one idle connection.
+    instances come and go. Cost: one idle connection. Without LISTEN/NOTIFY (`listen`
+    false) it tells only its own dispatcher, through `peer_gone`.
     """
 
-    def __init__(self, params: dict, instance_key: int) -> None:
+    def __init__(self, params: dict, instance_key: int, *, listen: bool = True) -> None:
         self._params = params
         self._me = instance_key
+        self._listen = listen
+        self.peer_gone = threading.Event()  # set when the watched peer ended
         self._stop = threading.Event()
         self._conn: psycopg.Connection | None = None
         self._thread = threading.Thread(target=self._run, name="peer-watcher", daemon=True)
@@ -66,7 +71,8 @@ class PeerWatcher:
                 with psycopg.connect(**self._params, autocommit=True) as conn:
                     self._conn = conn
                     conn.execute("SET lock_timeout = '5s'")
-                    conn.execute(f"LISTEN {sql.NOTIFY_CHANNEL}")  # to hear a peer join
+                    if self._listen:
+                        conn.execute(f"LISTEN {sql.NOTIFY_CHANNEL}")  # to hear a peer join
                     while not self._stop.is_set():
                         self._watch_once(conn)
             except psycopg.Error as exc:
@@ -84,9 +90,12 @@ class PeerWatcher:
             ).fetchall()
         ]
         peer = next_peer(peers, self._me)
-        if peer is None:  # alone: wait for a peer to announce itself
-            for _ in conn.notifies(timeout=2.0, stop_after=1):
-                pass
+        if peer is None:  # alone: wait for a peer to announce itself (or look again)
+            if self._listen:
+                for _ in conn.notifies(timeout=2.0, stop_after=1):
+                    pass
+            else:
+                self._stop.wait(2.0)
             return
         key = {"dispatcher_class": sql.DISPATCHER_LOCK_CLASS, "dispatcher_id": peer}
         try:
@@ -94,7 +103,9 @@ class PeerWatcher:
         except psycopg.errors.LockNotAvailable:
             return  # still alive: look at the ring again
         conn.execute(sql.UNLOCK_DISPATCHER, key)
-        conn.execute("SELECT pg_notify(%s, %s)", [sql.NOTIFY_CHANNEL, REBALANCE])
+        if self._listen:
+            conn.execute("SELECT pg_notify(%s, %s)", [sql.NOTIFY_CHANNEL, REBALANCE])
+        self.peer_gone.set()
         log.info("peer dispatcher %s is gone: rebalancing", peer)
 
 
@@ -117,8 +128,14 @@ STALL_ROUNDS = 10  # a peer that has not coordinated for this many rounds is sta
 
 class PostgresCoordinator:
     def __init__(
-        self, *, partitions: int, instance_id: int, coordination_seconds: float = 2.0
+        self,
+        *,
+        partitions: int,
+        instance_id: int,
+        coordination_seconds: float = 2.0,
+        listen: bool = True,
     ) -> None:
+        self.listen = listen  # LISTEN for job and peer notifications on the session
         self.configured_partitions = partitions  # announced to the peers
         self.partitions = partitions  # in use: the largest count announced
         self.instance_id = instance_id
@@ -133,7 +150,8 @@ class PostgresCoordinator:
     def connect(self) -> None:
         params = session_connection_params()
         self._conn = psycopg.connect(**params, autocommit=True)
-        self._conn.execute(f"LISTEN {sql.NOTIFY_CHANNEL}")
+        if self.listen:
+            self._conn.execute(f"LISTEN {sql.NOTIFY_CHANNEL}")
         self._conn.execute(
             sql.LOCK_DISPATCHER,
             {
@@ -148,10 +166,10 @@ class PostgresCoordinator:
         self._pid = self._conn.info.backend_pid
         self.owned = set()
         self.clock.reset()
-        self._watcher = PeerWatcher(params, self.instance_id % 2**31)
+        self._watcher = PeerWatcher(params, self.instance_id % 2**31, listen=self.listen)
         self._watcher.start()
-        # Tell the others a peer joined, so they hand over its share now.
-        self._conn.execute("SELECT pg_notify(%s, %s)", [sql.NOTIFY_CHANNEL, REBALANCE])
+        if self.listen:  # tell the others a peer joined, so they hand over its share now
+            self._conn.execute("SELECT pg_notify(%s, %s)", [sql.NOTIFY_CHANNEL, REBALANCE])
 
     def close(self) -> None:
         try:
@@ -266,12 +284,25 @@ class PostgresCoordinator:
 
     # -- wake-ups ---------------------------------------------------------------------
     def wait(self, timeout: float) -> list[str]:
-        """Block up to `timeout` s for notifications; return their payloads."""
+        """Block up to `timeout` s for notifications; return their payloads. Polling
+        only, the one wake-up is a dead peer (seen by the watcher): `rebalance`."""
         assert self._conn is not None
+        if not self.listen:
+            return self._wait_for_peer_gone(timeout)
         payloads = [n.payload for n in self._conn.notifies(timeout=max(timeout, 0.0), stop_after=1)]
         if payloads:  # drain whatever else is already there
             payloads += [n.payload for n in self._conn.notifies(timeout=0.0)]
         return payloads
+
+    def _wait_for_peer_gone(self, timeout: float) -> list[str]:
+        watcher = self._watcher
+        if watcher is None:
+            time.sleep(max(timeout, 0.0))
+            return []
+        if not watcher.peer_gone.wait(max(timeout, 0.0)):
+            return []
+        watcher.peer_gone.clear()
+        return [REBALANCE]
 
 
 class LocalCoordinator:

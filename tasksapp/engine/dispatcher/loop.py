@@ -147,8 +147,11 @@ class DispatcherLoop:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.partitions = self.settings.partitions
         self.publisher = publisher or CeleryPublisher(queue=self.settings.queue)
-        self.uses_notify = job_store().notifies
-        self.settings.check_dispatch(listen_notify=self.uses_notify)
+        # On PostgreSQL partitions are shared through advisory locks; work and peers are
+        # announced by NOTIFY unless the dispatchers poll only (TEMPO_DISPATCH_NOTIFY).
+        self.on_postgres = job_store().notifies
+        self.uses_notify = self.on_postgres and self.settings.dispatch_notify
+        self.settings.check_dispatch(listen_notify=self.uses_notify, postgres=self.on_postgres)
         self.counters: Counter[str] = Counter()
         self.stopping = False
         self.coordinator: PostgresCoordinator | LocalCoordinator | None = None
@@ -191,10 +194,19 @@ class DispatcherLoop:
             limited=self.limited,
         )
         if self.settings.dispatch_mode == "database":
-            return DatabaseSource(context, listen_notify=self.uses_notify)
+            return DatabaseSource(context, poll_seconds=self._poll_seconds())
         from tasksapp.engine.dispatcher.sources.redis import RedisIndexSource
 
         return RedisIndexSource(context)
+
+    def _poll_seconds(self) -> float:
+        """How often the database source polls: rarely with notifications, else often
+        enough that no work is found late."""
+        if self.uses_notify:
+            return self.settings.poll_interval_seconds
+        if self.on_postgres:
+            return self.settings.notify_off_poll_seconds
+        return self.settings.fallback_poll_seconds
 
     def _reset_schedule(self) -> None:
         self.next_coordination = 0.0
@@ -218,11 +230,12 @@ class DispatcherLoop:
                 "dispatch_mode": self.source.initial_mode,
             },
         )
-        if self.uses_notify:
+        if self.on_postgres:
             self.coordinator = PostgresCoordinator(
                 partitions=self.partitions,
                 instance_id=self.record.id,
                 coordination_seconds=self.settings.coordination_seconds,
+                listen=self.uses_notify,
             )
         else:
             self.coordinator = LocalCoordinator(
@@ -439,7 +452,7 @@ class DispatcherLoop:
             return
         log.warning("dispatcher %s: broker unreachable, claiming nothing: %s", self.name, exc)
         self.broker_retry_at = self.now_ms() + BROKER_RETRY_SECONDS * 1000
-        if self.uses_notify and not self.stepped_out:
+        if self.on_postgres and not self.stepped_out:
             self._step_out()
 
     def _step_out(self) -> None:
@@ -498,6 +511,8 @@ class DispatcherLoop:
         self.counters.update(statements=1, reaped=reaped)
         if reaped:
             log.info("dispatcher %s: returned %s jobs with expired leases", self.name, reaped)
+            if not self.uses_notify and isinstance(self.source, DatabaseSource):
+                self.source.rewind()  # no NOTIFY announces their next run: poll for it now
         self.next_reap = None if next_expiry_ms is None else next_expiry_ms + 200
 
     def _heartbeat(self) -> None:
@@ -590,7 +605,8 @@ class DispatcherLoop:
             self._on_notification(payload)
 
     def _on_notification(self, payload: str) -> None:
-        self.counters.update(notifications=1)
+        if self.uses_notify:  # polling only, the one wake-up is the peer watcher's
+            self.counters.update(notifications=1)
         if payload == REBALANCE:  # a peer came or went: look at the partitions now
             self.next_coordination = 0.0
             return

@@ -32,14 +32,15 @@ class DatabaseSource:
         self,
         context: DispatchContext,
         *,
-        listen_notify: bool,
+        poll_seconds: float,
         polled: Callable[[], list[int]] | None = None,
     ) -> None:
         self.context = context
         self.settings = context.settings
         self.partitions = context.settings.partitions
-        # Without notifications (SQLite) new work is found by a short poll instead.
-        self.listen_notify = listen_notify
+        # Rare with notifications; without them (SQLite, or polling only) new work is
+        # found by frequent polls.
+        self.poll_seconds = poll_seconds
         self.polled = polled or context.owned  # the owned partitions served from here
         self.wheel = _new_wheel()
         self.routes: dict[int, Route] = {}  # of every job held (in the wheel or ready)
@@ -113,11 +114,7 @@ class DatabaseSource:
             return
         self.cursor = None
         self.horizon_ms = now + self.settings.lookahead_seconds * 1000
-        if self.listen_notify:
-            interval = self.settings.poll_interval_seconds
-        else:
-            interval = self.settings.fallback_poll_seconds
-        self.next_poll = now + interval * 1000
+        self.next_poll = now + self.poll_seconds * 1000
 
     def _dispatch_due(self) -> None:
         now = self.context.now_ms()

@@ -55,7 +55,9 @@ class RedisIndexSource:
         self.context = context
         self.settings = context.settings
         self.partitions = context.settings.partitions
-        self.database = DatabaseSource(context, listen_notify=True, polled=self._unindexed)
+        self.database = DatabaseSource(
+            context, poll_seconds=context.settings.poll_interval_seconds, polled=self._unindexed
+        )
         self.index = RedisIndex(url=self.settings.index_redis_url, prefix=self._prefix())
         self.lease_ms = int(self.settings.index_lease_seconds * 1000)
         self.reset()
