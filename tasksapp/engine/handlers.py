@@ -105,9 +105,12 @@ class HandlerRegistry:
 
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
+        self._own_transaction: set[str] = set()
         self._lock = threading.Lock()
 
-    def register(self, func: Handler, *, name: str | None = None) -> Handler:
+    def register(
+        self, func: Handler, *, name: str | None = None, own_transaction: bool = False
+    ) -> Handler:
         if not callable(func):
             raise HandlerError(ERR_HANDLER_CALLABLE.format(kind=type(func).__name__))
         name = name or f"{func.__module__}.{func.__qualname__}"
@@ -118,7 +121,15 @@ class HandlerRegistry:
             if existing is not None and _origin(existing) != _origin(func):
                 raise HandlerError(ERR_HANDLER_DUPLICATE.format(name=name))
             self._handlers[name] = func
+            if own_transaction:
+                self._own_transaction.add(name)
+            else:
+                self._own_transaction.discard(name)
         return func
+
+    def owns_transaction(self, name: str) -> bool:
+        """Whether the handler's jobs each commit alone (never in a transactional group)."""
+        return name in self._own_transaction
 
     def unregister(self, name: str) -> None:
         with self._lock:
@@ -157,14 +168,23 @@ def _origin(func: Handler) -> tuple[str, str]:
 registry = HandlerRegistry()
 
 
-def job_handler(func: Handler | None = None, *, name: str | None = None):
+def job_handler(
+    func: Handler | None = None, *, name: str | None = None, own_transaction: bool = False
+):
     """Declare a handler: ``@job_handler`` (named by its dotted path) or
-    ``@job_handler(name="billing.charge")``."""
+    ``@job_handler(name="billing.charge")``. A transactional job shares its transaction
+    with the next jobs of its batch (each in a savepoint); ``own_transaction=True`` gives
+    each of the handler's jobs a transaction of its own, for handlers that lock rows other
+    jobs lock too (a shared transaction holds those locks until the group commits)."""
 
     def decorate(target: Handler) -> Handler:
-        return registry.register(target, name=name)
+        return registry.register(target, name=name, own_transaction=own_transaction)
 
     return decorate if func is None else decorate(func)
+
+
+def owns_transaction(name: str) -> bool:
+    return registry.owns_transaction(name)
 
 
 def resolve_handler(name: Any) -> Handler:
