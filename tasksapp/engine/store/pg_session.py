@@ -37,9 +37,9 @@ def flush_commits() -> None:
         cursor.execute("SELECT txid_current()")
 
 
-def transaction_aborted() -> bool:
+def transaction_aborted(db: Any) -> bool:
     """Whether the session's transaction failed (an error no savepoint took back)."""
-    raw = connection.connection
+    raw = db.connection
     return raw is not None and raw.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
 
 

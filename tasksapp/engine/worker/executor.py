@@ -12,6 +12,7 @@ Delivery modes:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import socket
@@ -665,9 +666,11 @@ def _run_transactional(job: StartedJob, handler, began_ms: float, keeper: LeaseK
 # group costs them once for up to TRANSACTION_GROUP_JOBS jobs. Each job's effects sit in a
 # savepoint of its own, made before the handler's first statement (a handler that never
 # touches the database costs no round trip), so that a job that fails rolls back alone.
-# The group is kept short (a count, a time) because it holds its jobs' row locks and
-# their effects invisible until it commits; the count also stays under PostgreSQL's
-# 64 cached subtransactions per transaction (more slow every snapshot on the server).
+# The group is kept short (a time, a count of savepoints) because it holds its jobs' row
+# locks and keeps their effects invisible until it commits; the count stays under
+# PostgreSQL's 64 cached subtransactions per transaction (more slow every snapshot on the
+# server). Jobs whose handlers touched no database cost no savepoint and hold nothing:
+# only the time bounds how many of them share a group.
 
 ERR_TRANSACTION_ABORTED = (
     "the handler returned after a database error it caught: its transaction was aborted"
@@ -685,15 +688,21 @@ class _GroupRefused(Exception):
 def _shares_transaction(job: StartedJob) -> bool:
     """Whether the job runs in a transaction shared with its batch's next jobs: a
     transactional job on PostgreSQL whose handler does not ask for its own."""
-    if job.delivery != Delivery.TRANSACTIONAL or connection.vendor != "postgresql":
+    if job.delivery != Delivery.TRANSACTIONAL or not _on_postgres():
         return False
     return tempo_settings().transaction_group_jobs > 1 and not owns_transaction(job.handler)
+
+
+@functools.cache
+def _on_postgres() -> bool:
+    return connection.vendor == "postgresql"
 
 
 def _run_group(first, take, keeper: LeaseKeeper, results: list) -> tuple | None:
     """Run transactional jobs (`first`, then what `take()` hands out) in one transaction,
     each in its own savepoint, and record their successes in one token-fenced statement
-    before the commit. The group ends when it holds TRANSACTION_GROUP_JOBS, when
+    before the commit. The group ends when TRANSACTION_GROUP_JOBS of its handlers ran
+    statements (a job that touched no database holds nothing and is not counted), when
     TRANSACTION_GROUP_MS have passed since its first job finished, or before a job that
     would wait past that or must not share it; returns that job (None if none was taken).
 
@@ -701,16 +710,17 @@ def _run_group(first, take, keeper: LeaseKeeper, results: list) -> tuple | None:
     a success cannot be recorded (a lease lost: another process owns that job now; a
     result refused) the whole group rolls back, and its jobs still held run again, each
     in a transaction of its own."""
-    settings = keeper.settings
+    settings, db = keeper.settings, transaction.get_connection()
+    savepoints = _Savepoints(db)
     members: list[tuple[int, StartedJob, RunOutcome, Any]] = []
     item, closes, current = first, float("inf"), first[1]
     try:
-        with transaction.atomic():
+        with transaction.atomic(), db.execute_wrapper(savepoints):
             while item is not None and _joins_group(item[1], closes):
                 index, current = item
-                members.append((index, current, *_run_member(current, keeper)))
+                members.append((index, current, *_run_member(current, keeper, savepoints)))
                 closes = min(closes, time.monotonic() + settings.transaction_group_ms / 1000)
-                full = len(members) >= settings.transaction_group_jobs
+                full = savepoints.made >= settings.transaction_group_jobs
                 item = None if full or time.monotonic() >= closes else take()
             _record_group_successes(members)
     except _GroupRefused as refused:
@@ -721,10 +731,8 @@ def _run_group(first, take, keeper: LeaseKeeper, results: list) -> tuple | None:
         _record_failure(current, _describe(exc), kind="exception", began_ms=None)
         raise
     for index, _, status, _ in members:
-        committed = (
-            RunOutcome.RECORDED_SUCCESS if status is RunOutcome.SUCCESS_TO_RECORD else status
-        )
-        results[index] = (committed, None)
+        recorded = status is RunOutcome.SUCCESS_TO_RECORD
+        results[index] = (RunOutcome.RECORDED_SUCCESS if recorded else status, None)
     return item
 
 
@@ -732,61 +740,64 @@ def _joins_group(job: StartedJob, closes: float) -> bool:
     return _shares_transaction(job) and job.begins_at <= closes
 
 
-def _run_member(job: StartedJob, keeper: LeaseKeeper) -> tuple[RunOutcome, Any]:
+def _run_member(job: StartedJob, keeper: LeaseKeeper, savepoints) -> tuple[RunOutcome, Any]:
     """One job of a group: (SUCCESS_TO_RECORD, outcome) with its effects kept, or
     (FAILED | STOPPED, None) with its savepoint rolled back and its end recorded."""
-    began_ms, savepoint = None, _Savepoint()
-    callbacks = len(connection.run_on_commit)
+    began_ms, callbacks = None, len(savepoints.db.run_on_commit)
     try:
         _refuse_if_cancelled(job)
         handler = resolve_handler(job.handler)
         began_ms = _begin(job)
-        with connection.execute_wrapper(savepoint):
-            result = _call(job, handler, began_ms, keeper, uncommitted=True)
-        _check_transaction_usable()
-        savepoint.release()
+        savepoints.arm()
+        result = _call(job, handler, began_ms, keeper, uncommitted=True)
+        savepoints.check_usable()
+        savepoints.release()
         return RunOutcome.SUCCESS_TO_RECORD, (job.id, job.token, result, began_ms)
     except BaseException as exc:  # noqa: BLE001 - the handler's own failure, SystemExit too
-        savepoint.roll_back()
-        del connection.run_on_commit[callbacks:]  # its on_commit callbacks go with it
+        savepoints.roll_back()
+        del savepoints.db.run_on_commit[callbacks:]  # its on_commit callbacks go with it
         if isinstance(exc, WORKER_EXITS):
             raise
         return _settle_in_group(job, exc, began_ms), None
 
 
-class _Savepoint:
-    """A job's savepoint in its group, made just before the handler's first statement:
-    an execute wrapper on the connection (`connection.execute_wrapper`)."""
+class _Savepoints:
+    """The savepoint of each job of a group, made just before its handler's first
+    statement: an execute wrapper on the group's connection, armed while a handler runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, db) -> None:
+        self.db = db
         self.sid: str | None = None
-        self._making = False
+        self.made = 0  # savepoints made: subtransactions of the group's transaction
+        self._armed = False
+
+    def arm(self) -> None:
+        self.sid, self._armed = None, True
 
     def __call__(self, execute, sql, params, many, context):
-        if self.sid is None and not self._making:
-            self._making = True  # the SAVEPOINT statement passes through here too
-            try:
-                self.sid = transaction.savepoint()
-            finally:
-                self._making = False
+        if self._armed:
+            self._armed = False  # the SAVEPOINT statement passes through here too
+            self.sid = self.db.savepoint()
+            self.made += 1
         return execute(sql, params, many, context)
+
+    def check_usable(self) -> None:
+        """A handler that caught a database error and returned leaves its transaction
+        aborted: that is its failure (its savepoint rolls back), not its neighbours'."""
+        self._armed = False
+        ran_statements = self.sid is not None
+        if self.db.needs_rollback or (ran_statements and transaction_aborted(self.db)):
+            raise DatabaseError(ERR_TRANSACTION_ABORTED)
 
     def release(self) -> None:
         if self.sid is not None:
-            transaction.savepoint_commit(self.sid)
+            self.db.savepoint_commit(self.sid)
 
     def roll_back(self) -> None:
         # Without a savepoint the handler ran no statement: the transaction is as it was.
-        connection.needs_rollback = False
+        self._armed, self.db.needs_rollback = False, False
         if self.sid is not None:
-            transaction.savepoint_rollback(self.sid)
-
-
-def _check_transaction_usable() -> None:
-    """A handler that caught a database error and returned leaves its transaction aborted:
-    that is its failure (its savepoint rolls back), not its neighbours'."""
-    if connection.needs_rollback or transaction_aborted():
-        raise DatabaseError(ERR_TRANSACTION_ABORTED)
+            self.db.savepoint_rollback(self.sid)
 
 
 def _settle_in_group(job: StartedJob, exc: BaseException, began_ms: float | None) -> RunOutcome:
