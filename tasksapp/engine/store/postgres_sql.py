@@ -221,19 +221,11 @@ WHERE j.id = t.id AND j.lease_token = t.token AND j.state = {RUNNING}
 """
 
 # The renewal also tells the worker which of its jobs an operator cancelled meanwhile.
-# It skips rows another transaction has locked (a batch's successes being recorded, most
-# often its own worker's): waiting for them while holding the rows it renewed could
-# deadlock with that transaction; they are finished by it, or renewed next time.
 RENEW_RUNNING = f"""
-WITH held AS (
-    SELECT j.id FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
-    JOIN {JOB_TABLE} j ON j.id = t.id
-    WHERE j.lease_token = t.token AND j.state = {RUNNING}
-    FOR NO KEY UPDATE OF j SKIP LOCKED
-)
 UPDATE {JOB_TABLE} j
 SET lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
-FROM held WHERE j.id = held.id
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
+WHERE j.id = t.id AND j.lease_token = t.token AND j.state = {RUNNING}
 RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested
 """
 
