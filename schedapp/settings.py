@@ -346,6 +346,12 @@ TEMPO = {
     # Handlers of one batch run side by side on this many threads per worker process
     # (1: one after another). Pair a value > 1 with `celery worker -c 1`.
     "BATCH_PARALLELISM": env.int("TEMPO_BATCH_PARALLELISM", default=1),
+    # Transactional jobs of a batch share one transaction, each in a savepoint of its own,
+    # committed together with their successes: at most this many jobs whose handlers ran
+    # statements in one (1: one transaction per job), committed this many ms after its
+    # first job finished.
+    "TRANSACTION_GROUP_JOBS": env.int("TEMPO_TRANSACTION_GROUP_JOBS", default=50),
+    "TRANSACTION_GROUP_MS": env.float("TEMPO_TRANSACTION_GROUP_MS", default=50.0),
     # Backpressure: claim only while fewer messages than this wait in the queue.
     "MAX_QUEUED_MESSAGES": env.int("TEMPO_MAX_QUEUED_MESSAGES", default=64),
     "QUEUE": env.str("TEMPO_QUEUE", default="tempo"),

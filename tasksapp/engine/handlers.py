@@ -108,10 +108,16 @@ class HandlerRegistry:
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
         self._retention: dict[str, dict[str, float]] = {}
+        self._own_transaction: set[str] = set()
         self._lock = threading.Lock()
 
     def register(
-        self, func: Handler, *, name: str | None = None, retention: dict | None = None
+        self,
+        func: Handler,
+        *,
+        name: str | None = None,
+        retention: dict | None = None,
+        own_transaction: bool = False,
     ) -> Handler:
         if not callable(func):
             raise HandlerError(ERR_HANDLER_CALLABLE.format(kind=type(func).__name__))
@@ -127,12 +133,21 @@ class HandlerRegistry:
             self._retention.pop(name, None)
             if ages:
                 self._retention[name] = ages
+            if own_transaction:
+                self._own_transaction.add(name)
+            else:
+                self._own_transaction.discard(name)
         return func
+
+    def owns_transaction(self, name: str) -> bool:
+        """Whether the handler's jobs each commit alone (never in a transactional group)."""
+        return name in self._own_transaction
 
     def unregister(self, name: str) -> None:
         with self._lock:
             self._handlers.pop(name, None)
             self._retention.pop(name, None)
+            self._own_transaction.discard(name)
 
     def retention(self) -> dict[str, dict[str, float]]:
         """The handlers declared with their own retention ages: name → days per state."""
@@ -180,16 +195,31 @@ registry = HandlerRegistry()
 
 
 def job_handler(
-    func: Handler | None = None, *, name: str | None = None, retention: dict | None = None
+    func: Handler | None = None,
+    *,
+    name: str | None = None,
+    retention: dict | None = None,
+    own_transaction: bool = False,
 ):
     """Declare a handler: ``@job_handler`` (named by its dotted path) or
     ``@job_handler(name="billing.charge", retention={"succeeded": 90})`` — its finished
-    jobs kept that many days per state instead of the defaults (docs/OPERATIONS.md)."""
+    jobs kept that many days per state instead of the defaults (docs/OPERATIONS.md).
+
+    A transactional job shares its transaction with the next jobs of its batch (each in a
+    savepoint); ``own_transaction=True`` gives each of the handler's jobs a transaction of
+    its own, for handlers that lock rows other jobs lock too (a shared transaction holds
+    those locks until the group commits)."""
 
     def decorate(target: Handler) -> Handler:
-        return registry.register(target, name=name, retention=retention)
+        return registry.register(
+            target, name=name, retention=retention, own_transaction=own_transaction
+        )
 
     return decorate if func is None else decorate(func)
+
+
+def owns_transaction(name: str) -> bool:
+    return registry.owns_transaction(name)
 
 
 def resolve_handler(name: Any) -> Handler:

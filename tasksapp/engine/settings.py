@@ -42,6 +42,8 @@ class TempoSettings:
     max_batch: int
     fanout: int
     batch_parallelism: int
+    transaction_group_jobs: int
+    transaction_group_ms: float
     max_queued_messages: int
     queue: str
     async_commit: bool
@@ -65,6 +67,11 @@ class TempoSettings:
     def __post_init__(self) -> None:
         if not self.default_time_limit_seconds > 0:
             raise ValueError("TEMPO_DEFAULT_TIME_LIMIT_SECONDS must be a positive number")
+        if self.transaction_group_jobs < 1 or not self.transaction_group_ms >= 0:
+            raise ValueError(
+                "TEMPO_TRANSACTION_GROUP_JOBS must be at least 1 and "
+                "TEMPO_TRANSACTION_GROUP_MS at least 0"
+            )
         if self.db_pooler not in DB_POOLERS:
             raise ValueError(
                 f"TEMPO_DB_POOLER must be empty or transaction, not {self.db_pooler!r}"

@@ -15,12 +15,14 @@ from tasksapp.graphs.context import running_task_job
 from tasksapp.graphs.services import graph_rollback, graph_start, task_run_execute
 
 
-@job_handler
+# Graph handlers lock their GraphRun row: each job commits alone, so that no lock is held
+# while other jobs of a batch run (two groups locking two graphs in turn could deadlock).
+@job_handler(own_transaction=True)
 def start_graph(ctx: JobContext) -> dict:
     return graph_start(job_id=ctx.job_id)
 
 
-@job_handler
+@job_handler(own_transaction=True)
 def run_task(ctx: JobContext) -> dict:
     with running_task_job(ctx):  # the task may check task_cancel_requested()
         return task_run_execute(

@@ -44,6 +44,37 @@ def fail_until(ctx):
 
 
 @job_handler
+def record_then_fail(ctx):
+    """Writes its effect, then raises: the effect rolls back with the attempt."""
+    record(ctx)
+    raise RuntimeError("failed after its effect")
+
+
+@job_handler
+def record_then_swallow_error(ctx):
+    """Writes its effect, then catches the error of a statement that fails: its
+    transaction is aborted, so the attempt fails."""
+    from django.db import DatabaseError
+
+    record(ctx)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 / 0")
+    except DatabaseError:
+        pass
+    return {"job": ctx.job_id}
+
+
+@job_handler
+def record_then_snooze(ctx):
+    """Writes its effect, then snoozes a minute: the effect rolls back with the snooze."""
+    from tasksapp.engine import Snooze
+
+    record(ctx)
+    raise Snooze(60)
+
+
+@job_handler
 def noop(ctx):
     return None
 

@@ -37,6 +37,12 @@ def flush_commits() -> None:
         cursor.execute("SELECT txid_current()")
 
 
+def transaction_aborted(db: Any) -> bool:
+    """Whether the session's transaction failed (an error no savepoint took back)."""
+    raw = db.connection
+    return raw is not None and raw.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+
+
 NEVER_BY_ITSELF = 2**31 - 1  # executions before psycopg would prepare a statement unasked
 
 

@@ -2,7 +2,9 @@
 
 Delivery modes:
 - transactional: the handler runs inside the transaction that marks the job succeeded;
-  if the fenced success update finds the lease lost, everything rolls back.
+  if the fenced success update finds the lease lost, everything rolls back. The
+  transactional jobs of a batch share one transaction, each in a savepoint of its own
+  (see `_run_group`).
 - at_least_once / at_most_once: the handler runs outside a transaction; successes are
   recorded in one batched statement at the end of the batch.
 """
@@ -10,6 +12,7 @@ Delivery modes:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import socket
@@ -23,6 +26,7 @@ from typing import Any
 
 from celery.exceptions import WorkerShutdown, WorkerTerminate
 from django.db import (
+    DatabaseError,
     DataError,
     IntegrityError,
     InterfaceError,
@@ -40,12 +44,14 @@ from tasksapp.engine.handlers import (
     JobCancelled,
     JobContext,
     Snooze,
+    owns_transaction,
     resolve_handler,
 )
 from tasksapp.engine.jsonvalues import JsonValueError, checked_json, safe_text
 from tasksapp.engine.models import Delivery, WorkerProcess
 from tasksapp.engine.sessions import flush_commits
 from tasksapp.engine.settings import tempo_settings
+from tasksapp.engine.store.pg_session import transaction_aborted
 from tasksapp.engine.transitions import (
     StartedJob,
     database_time,
@@ -103,6 +109,8 @@ class _Held:
     began_ms: float | None = None
     overdue: bool = False  # past its limit: no longer renewed
     outcome: tuple | None = None  # a success still to be recorded with the batch
+    thread: int | None = None  # the thread that runs its handler
+    uncommitted: bool = False  # returned, its success waiting for its group's commit
     cancel: threading.Event = dataclasses.field(default_factory=threading.Event)
 
 
@@ -181,18 +189,22 @@ class LeaseKeeper:
             if held is None:
                 return
             held.began, held.began_ms = True, began_ms
+            held.thread = threading.get_ident()
             held.deadline = time.monotonic() + held.limit
             if held.deadline < self._next_limit:
                 self._next_limit = held.deadline
                 self._limits.notify()
 
-    def returned(self, job_id: int, outcome: tuple | None = None) -> None:
+    def returned(
+        self, job_id: int, outcome: tuple | None = None, *, uncommitted: bool = False
+    ) -> None:
         """The handler returned (or raised): nothing left to stop; a success still to be
-        recorded with its batch is kept here, so that a process ending early records it."""
+        recorded with its batch is kept here, so that a process ending early records it.
+        `uncommitted`: its effects wait in a transaction its thread has not committed."""
         with self._lock:
             held = self._held.get(job_id)
             if held is not None:
-                held.deadline, held.outcome = None, outcome
+                held.deadline, held.outcome, held.uncommitted = None, outcome, uncommitted
 
     def release(self, job_id: int, *, succeeded: bool) -> None:
         with self._lock:
@@ -219,11 +231,15 @@ class LeaseKeeper:
     def _renew_and_beat(self) -> None:
         now = time.monotonic()
         with self._lock:
-            # Past its time limit a job's lease is no longer renewed.
+            # Past its time limit a job's lease is no longer renewed, nor are those of the
+            # jobs waiting for a commit on the same thread: it may never come.
+            stuck = {h.thread for h in self._held.values() if h.overdue}
             leases = [
                 (i, h.job.token)
                 for i, h in self._held.items()
-                if not h.overdue and (h.deadline is None or h.deadline > now)
+                if not h.overdue
+                and (h.deadline is None or h.deadline > now)
+                and not (h.uncommitted and h.thread in stuck)
             ]
             running, counts = len(self._held), dict(self._counts)
             self._counts = {"succeeded": 0, "failed": 0}
@@ -421,29 +437,47 @@ def _run_all(jobs: list[StartedJob], keeper: LeaseKeeper) -> list[tuple[RunOutco
     (so a `-c 1` worker never runs more than N handlers at once). The calling thread takes
     its share rather than waiting: one thread hand-off fewer between start and handler."""
     parallelism = keeper.settings.batch_parallelism
+    results: list[tuple[RunOutcome, Any]] = [(RunOutcome.FAILED, None)] * len(jobs)
     if parallelism <= 1 or len(jobs) <= 1:
-        return [_run_one(job, keeper) for job in jobs]
+        pending = iter(enumerate(jobs))
+        _run_in_turn(lambda: next(pending, None), keeper, results, pool_thread=False)
+        return results
     todo: SimpleQueue[tuple[int, StartedJob]] = SimpleQueue()
     for index, job in enumerate(jobs):
         todo.put((index, job))
-    results: list[tuple[RunOutcome, Any]] = [(RunOutcome.FAILED, None)] * len(jobs)
 
-    def drain(run) -> None:
-        while True:
-            try:
-                index, job = todo.get_nowait()
-            except Empty:
-                return
-            results[index] = run(job, keeper)
+    def take() -> tuple[int, StartedJob] | None:
+        try:
+            return todo.get_nowait()
+        except Empty:
+            return None
 
     pool, helpers_wanted = _pool(parallelism), min(len(jobs), parallelism) - 1
-    helpers = [pool.submit(drain, _run_one_in_thread) for _ in range(helpers_wanted)]
+    helpers = [
+        pool.submit(_run_in_turn, take, keeper, results, pool_thread=True)
+        for _ in range(helpers_wanted)
+    ]
     try:
-        drain(_run_one)
+        _run_in_turn(take, keeper, results, pool_thread=False)
     finally:
         for helper in helpers:
             helper.result()
     return results
+
+
+def _run_in_turn(take, keeper: LeaseKeeper, results: list, *, pool_thread: bool) -> None:
+    """Run the jobs `take()` hands out as (index in the batch, job) until it hands out
+    None, each result at its index: transactional ones in groups (`_run_group`)."""
+    item = take()
+    while item is not None:
+        if pool_thread:
+            close_old_connections()  # each pool thread keeps its own healthy connection
+        index, job = item
+        if _shares_transaction(job):
+            item = _run_group(item, take, keeper, results) or take()
+        else:
+            results[index] = _run_one(job, keeper)
+            item = take()
 
 
 def _pool(parallelism: int) -> ThreadPoolExecutor:
@@ -496,11 +530,6 @@ def stop_handler_pool() -> None:
             _handler_pool = None
 
 
-def _run_one_in_thread(job: StartedJob, keeper: LeaseKeeper) -> tuple[RunOutcome, Any]:
-    close_old_connections()  # each pool thread keeps its own healthy connection
-    return _run_one(job, keeper)
-
-
 LOOSE_BOUND_MS = 0.5  # a start answered slower than this bounds the database clock loosely
 CALM_BEFORE_S = 0.003  # how long before the first run time the bound is tightened
 
@@ -543,12 +572,11 @@ def _context(job: StartedJob, cancel: threading.Event) -> JobContext:
 
 
 def _run_one(job: StartedJob, keeper: LeaseKeeper) -> tuple[RunOutcome, Any]:
-    """Run one job: (RECORDED_SUCCESS | FAILED, None), or (SUCCESS_TO_RECORD, outcome)
-    for a success still to be recorded with the batch."""
+    """Run one job: (RECORDED_SUCCESS | FAILED | STOPPED, None), or
+    (SUCCESS_TO_RECORD, outcome) for a success still to be recorded with the batch."""
     began_ms = None
     try:
-        if job.cancel_requested:  # cancelled between its claim and its start
-            raise JobCancelled(f"job {job.id} was cancelled before it began")
+        _refuse_if_cancelled(job)
         handler = resolve_handler(job.handler)
         began_ms = _begin(job)
         if job.delivery == Delivery.TRANSACTIONAL:
@@ -557,23 +585,37 @@ def _run_one(job: StartedJob, keeper: LeaseKeeper) -> tuple[RunOutcome, Any]:
         outcome = (job.id, job.token, _call(job, handler, began_ms, keeper), began_ms)
         keeper.returned(job.id, outcome)
         return RunOutcome.SUCCESS_TO_RECORD, outcome
-    except LeaseLost:
-        log.warning("job %s: lease lost while running; its outcome is discarded", job.id)
-    except JobCancelled:
-        _record_stop(job_cancel_running, job_id=job.id, token=job.token, began_ms=began_ms)
-        return RunOutcome.STOPPED, None
-    except Snooze as snooze:
-        _record_stop(job_snooze, job_id=job.id, token=job.token, delay=snooze.seconds)
-        return RunOutcome.STOPPED, None
-    except TimeLimitExceeded as exc:
-        _record_failure(job, str(exc), kind="time_limit", began_ms=began_ms)
-    except HandlerError as exc:
-        _record_failure(job, str(exc), kind="handler", began_ms=began_ms)
     except BaseException as exc:  # noqa: BLE001 - the handler's own failure, SystemExit too
-        _record_failure(job, _describe(exc), kind="exception", began_ms=began_ms)
+        status = _settle(job, exc, began_ms)
         if isinstance(exc, WORKER_EXITS):
             raise
-    return RunOutcome.FAILED, None
+        return status, None
+
+
+def _refuse_if_cancelled(job: StartedJob) -> None:
+    if job.cancel_requested:  # cancelled between its claim and its start
+        raise JobCancelled(f"job {job.id} was cancelled before it began")
+
+
+def _settle(job: StartedJob, exc: BaseException, began_ms: float | None) -> RunOutcome:
+    """Record how an attempt that did not succeed ended (each record token-fenced)."""
+    if isinstance(exc, LeaseLost):
+        log.warning("job %s: lease lost while running; its outcome is discarded", job.id)
+        return RunOutcome.FAILED
+    if isinstance(exc, JobCancelled):
+        _record_stop(job_cancel_running, job_id=job.id, token=job.token, began_ms=began_ms)
+        return RunOutcome.STOPPED
+    if isinstance(exc, Snooze):
+        _record_stop(job_snooze, job_id=job.id, token=job.token, delay=exc.seconds)
+        return RunOutcome.STOPPED
+    if isinstance(exc, TimeLimitExceeded):
+        error, kind = str(exc), "time_limit"
+    elif isinstance(exc, HandlerError):
+        error, kind = str(exc), "handler"
+    else:
+        error, kind = _describe(exc), "exception"
+    _record_failure(job, error, kind=kind, began_ms=began_ms)
+    return RunOutcome.FAILED
 
 
 def _describe(exc: BaseException) -> str:
@@ -586,13 +628,15 @@ def _describe(exc: BaseException) -> str:
     return safe_text(text, max_chars=ERROR_TEXT_CHARS)
 
 
-def _call(job: StartedJob, handler, began_ms: float, keeper: LeaseKeeper) -> Any:
+def _call(
+    job: StartedJob, handler, began_ms: float, keeper: LeaseKeeper, *, uncommitted: bool = False
+) -> Any:
     keeper.began(job.id, began_ms)
     began = time.monotonic()
     try:
         result = handler(_context(job, keeper.cancel_event(job.id)))
     finally:
-        keeper.returned(job.id)
+        keeper.returned(job.id, uncommitted=uncommitted)
     elapsed = time.monotonic() - began
     limit = time_limit_of(job)
     if elapsed > limit:
@@ -614,6 +658,183 @@ def _run_transactional(job: StartedJob, handler, began_ms: float, keeper: LeaseK
         result = _call(job, handler, began_ms, keeper)
         if not job_succeed(outcomes=[(job.id, job.token, result, began_ms)]):
             raise LeaseLost(job.id)
+
+
+# --- transactional groups -------------------------------------------------------------
+#
+# One transaction per job costs two statements per job (its success and the commit); a
+# group costs them once for up to TRANSACTION_GROUP_JOBS jobs. Each job's effects sit in a
+# savepoint of its own, made before the handler's first statement (a handler that never
+# touches the database costs no round trip), so that a job that fails rolls back alone.
+# The group is kept short (a time, a count of savepoints) because it holds its jobs' row
+# locks and keeps their effects invisible until it commits; the count stays under
+# PostgreSQL's 64 cached subtransactions per transaction (more slow every snapshot on the
+# server). Jobs whose handlers touched no database cost no savepoint and hold nothing:
+# only the time bounds how many of them share a group.
+
+ERR_TRANSACTION_ABORTED = (
+    "the handler returned after a database error it caught: its transaction was aborted"
+)
+
+
+class _GroupRefused(Exception):
+    """The group's successes cannot all be recorded: its transaction rolls back."""
+
+    def __init__(self, lost: set[int]) -> None:
+        super().__init__(f"{len(lost)} of the group's leases were lost")
+        self.lost = lost  # jobs another process owns now: their outcomes are dropped
+
+
+def _shares_transaction(job: StartedJob) -> bool:
+    """Whether the job runs in a transaction shared with its batch's next jobs: a
+    transactional job on PostgreSQL whose handler does not ask for its own."""
+    if job.delivery != Delivery.TRANSACTIONAL or not _on_postgres():
+        return False
+    return tempo_settings().transaction_group_jobs > 1 and not owns_transaction(job.handler)
+
+
+@functools.cache
+def _on_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def _run_group(first, take, keeper: LeaseKeeper, results: list) -> tuple | None:
+    """Run transactional jobs (`first`, then what `take()` hands out) in one transaction,
+    each in its own savepoint, and record their successes in one token-fenced statement
+    before the commit. The group ends when TRANSACTION_GROUP_JOBS of its handlers ran
+    statements (a job that touched no database holds nothing and is not counted), when
+    TRANSACTION_GROUP_MS have passed since its first job finished, or before a job that
+    would wait past that or must not share it; returns that job (None if none was taken).
+
+    A failed job's savepoint rolls back alone and its failure commits with the group. If
+    a success cannot be recorded (a lease lost: another process owns that job now; a
+    result refused) the whole group rolls back, and its jobs still held run again, each
+    in a transaction of its own."""
+    settings, db = keeper.settings, transaction.get_connection()
+    savepoints = _Savepoints(db)
+    members: list[tuple[int, StartedJob, RunOutcome, Any]] = []
+    item, closes, current = first, float("inf"), first[1]
+    try:
+        with transaction.atomic(), db.execute_wrapper(savepoints):
+            while item is not None and _joins_group(item[1], closes):
+                index, current = item
+                members.append((index, current, *_run_member(current, keeper, savepoints)))
+                closes = min(closes, time.monotonic() + settings.transaction_group_ms / 1000)
+                full = savepoints.made >= settings.transaction_group_jobs
+                item = None if full or time.monotonic() >= closes else take()
+            _record_group_successes(members)
+    except _GroupRefused as refused:
+        log.warning("a group of %s jobs rolled back (%s)", len(members), refused)
+        _run_alone(members, refused.lost, keeper, results)
+        return item
+    except WORKER_EXITS as exc:  # the group rolled back: the others are left to their leases
+        _record_failure(current, _describe(exc), kind="exception", began_ms=None)
+        raise
+    for index, _, status, _ in members:
+        recorded = status is RunOutcome.SUCCESS_TO_RECORD
+        results[index] = (RunOutcome.RECORDED_SUCCESS if recorded else status, None)
+    return item
+
+
+def _joins_group(job: StartedJob, closes: float) -> bool:
+    return _shares_transaction(job) and job.begins_at <= closes
+
+
+def _run_member(job: StartedJob, keeper: LeaseKeeper, savepoints) -> tuple[RunOutcome, Any]:
+    """One job of a group: (SUCCESS_TO_RECORD, outcome) with its effects kept, or
+    (FAILED | STOPPED, None) with its savepoint rolled back and its end recorded."""
+    began_ms, callbacks = None, len(savepoints.db.run_on_commit)
+    try:
+        _refuse_if_cancelled(job)
+        handler = resolve_handler(job.handler)
+        began_ms = _begin(job)
+        savepoints.arm()
+        result = _call(job, handler, began_ms, keeper, uncommitted=True)
+        savepoints.check_usable()
+        savepoints.release()
+        return RunOutcome.SUCCESS_TO_RECORD, (job.id, job.token, result, began_ms)
+    except BaseException as exc:  # noqa: BLE001 - the handler's own failure, SystemExit too
+        savepoints.roll_back()
+        del savepoints.db.run_on_commit[callbacks:]  # its on_commit callbacks go with it
+        if isinstance(exc, WORKER_EXITS):
+            raise
+        return _settle_in_group(job, exc, began_ms), None
+
+
+class _Savepoints:
+    """The savepoint of each job of a group, made just before its handler's first
+    statement: an execute wrapper on the group's connection, armed while a handler runs."""
+
+    def __init__(self, db) -> None:
+        self.db = db
+        self.sid: str | None = None
+        self.made = 0  # savepoints made: subtransactions of the group's transaction
+        self._armed = False
+
+    def arm(self) -> None:
+        self.sid, self._armed = None, True
+
+    def __call__(self, execute, sql, params, many, context):
+        if self._armed:
+            self._armed = False  # the SAVEPOINT statement passes through here too
+            self.sid = self.db.savepoint()
+            self.made += 1
+        return execute(sql, params, many, context)
+
+    def check_usable(self) -> None:
+        """A handler that caught a database error and returned leaves its transaction
+        aborted: that is its failure (its savepoint rolls back), not its neighbours'."""
+        self._armed = False
+        ran_statements = self.sid is not None
+        if self.db.needs_rollback or (ran_statements and transaction_aborted(self.db)):
+            raise DatabaseError(ERR_TRANSACTION_ABORTED)
+
+    def release(self) -> None:
+        if self.sid is not None:
+            self.db.savepoint_commit(self.sid)
+
+    def roll_back(self) -> None:
+        # Without a savepoint the handler ran no statement: the transaction is as it was.
+        self._armed, self.db.needs_rollback = False, False
+        if self.sid is not None:
+            self.db.savepoint_rollback(self.sid)
+
+
+def _settle_in_group(job: StartedJob, exc: BaseException, began_ms: float | None) -> RunOutcome:
+    """`_settle` in the group's transaction, in a savepoint: a record the database refuses
+    is logged and the job left to its lease, as outside a group."""
+    try:
+        with transaction.atomic():
+            return _settle(job, exc, began_ms)
+    except (DataError, IntegrityError):
+        log.exception("job %s: its end could not be recorded; its lease will expire", job.id)
+        return RunOutcome.FAILED
+
+
+def _record_group_successes(members: list[tuple[int, StartedJob, RunOutcome, Any]]) -> None:
+    """The group's successes in one statement, fenced by each job's token."""
+    outcomes = [
+        outcome for *_, status, outcome in members if status is RunOutcome.SUCCESS_TO_RECORD
+    ]
+    if not outcomes:
+        return
+    try:
+        done = job_succeed(outcomes=outcomes)
+    except (DataError, IntegrityError) as exc:
+        raise _GroupRefused(set()) from exc
+    lost = {outcome[0] for outcome in outcomes} - done
+    if lost:
+        raise _GroupRefused(lost)
+
+
+def _run_alone(members: list, lost: set[int], keeper: LeaseKeeper, results: list) -> None:
+    """After a group rolled back: its jobs still held run again, each on its own."""
+    for index, job, *_ in members:
+        if job.id in lost:
+            log.warning("job %s: lease lost while running; its outcome is discarded", job.id)
+            results[index] = (RunOutcome.FAILED, None)
+        else:
+            results[index] = _run_one(job, keeper)
 
 
 def _record_stop(transition, **fenced: Any) -> None:

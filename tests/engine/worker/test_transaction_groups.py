@@ -1,0 +1,107 @@
+"""Transactional jobs of a batch in one transaction, a savepoint per job: run in-process
+against real PostgreSQL (each commit real: the tests' database is not one transaction)."""
+
+import pytest
+from django.db import connection
+
+from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.worker.executor import ERR_TRANSACTION_ABORTED
+from tests.engine.worker.test_executor import claim_and_run
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RECORDING = "tests.handlers.recording."
+
+
+@pytest.fixture(autouse=True)
+def groups_without_a_time_bound(settings):
+    """A group ends at its count only: these handlers are slow on a loaded machine."""
+    settings.TEMPO = {**settings.TEMPO, "TRANSACTION_GROUP_MS": 60_000}
+
+
+def batch(*handlers: str) -> list[Job]:
+    """Jobs of the given handlers, due together, in this order in their batch."""
+    jobs = [JobFactory(handler=RECORDING + name) for name in handlers]
+    assert claim_and_run(*jobs) == len(jobs)
+    for job in jobs:
+        job.refresh_from_db()
+    return jobs
+
+
+def committed_by(jobs: list[Job]) -> set[int]:
+    """The transactions that wrote the jobs' rows last (their xmin; a row written in a
+    savepoint has the savepoint's own)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT xmin::text::bigint FROM tasksapp_job WHERE id = ANY(%s)",
+            [[job.id for job in jobs]],
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def test_a_failed_job_rolls_back_only_itself_and_the_others_commit_together(effects):
+    jobs = batch(
+        "record",
+        "record_then_fail",
+        "record",
+        "record_then_swallow_error",
+        "not_json",
+        "record_then_snooze",
+        "record",
+    )
+    ok, raised, ok2, swallowed, not_json, snoozed, ok3 = jobs
+    for job in (ok, ok2, ok3):
+        assert job.state == JobState.SUCCEEDED and job.result == {"job": job.id}
+        assert effects.count(job.id) == 1
+    assert raised.state == JobState.FAILED
+    assert raised.last_error == "RuntimeError: failed after its effect"
+    assert swallowed.state == JobState.FAILED
+    assert swallowed.last_error == f"DatabaseError: {ERR_TRANSACTION_ABORTED}"
+    assert not_json.state == JobState.FAILED and "cannot be stored" in not_json.last_error
+    assert snoozed.state == JobState.SCHEDULED and snoozed.attempts == 0
+    for job in (raised, swallowed, snoozed):
+        assert effects.count(job.id) == 0
+    # One statement of the group's transaction recorded every success.
+    assert len(committed_by([ok, ok2, ok3])) == 1
+
+
+def test_a_group_holds_at_most_its_count_of_jobs(settings, effects):
+    settings.TEMPO = {**settings.TEMPO, "TRANSACTION_GROUP_JOBS": 2}
+    jobs = batch(*["record"] * 5)
+    assert {job.state for job in jobs} == {JobState.SUCCEEDED}
+    assert [effects.count(job.id) for job in jobs] == [1] * 5
+    assert len(committed_by(jobs)) == 3
+
+
+def test_a_group_of_one_is_a_transaction_per_job(settings, effects):
+    settings.TEMPO = {**settings.TEMPO, "TRANSACTION_GROUP_JOBS": 1}
+    jobs = batch("record", "record_then_fail", "record")
+    assert [job.state for job in jobs] == [JobState.SUCCEEDED, JobState.FAILED, JobState.SUCCEEDED]
+    assert [effects.count(job.id) for job in jobs] == [1, 0, 1]
+    assert len(committed_by(jobs)) == 3
+
+
+def test_a_lease_lost_in_a_group_rolls_it_back_and_the_others_run_again_alone(effects):
+    """The stolen job's success is refused by the fence: nothing of the group commits,
+    its other jobs run again, each in its own transaction; one effect each."""
+    first, stolen, last = batch("record", "steal_lease", "record")
+    assert stolen.state == JobState.CLAIMED and stolen.lease_token == 2  # the new owner's
+    assert effects.count(stolen.id) == 0
+    for job in (first, last):
+        assert job.state == JobState.SUCCEEDED and job.attempts == 1
+        assert effects.count(job.id) == 1
+    assert len(committed_by([first, last])) == 2
+
+
+def test_a_handler_that_owns_its_transaction_commits_alone(effects):
+    from tasksapp.engine.handlers import registry
+    from tests.handlers.recording import record
+
+    registry.register(record, name="tests.handlers.recording.record_alone", own_transaction=True)
+    try:
+        jobs = batch("record", "record_alone", "record")
+    finally:
+        registry.unregister("tests.handlers.recording.record_alone")
+    assert {job.state for job in jobs} == {JobState.SUCCEEDED}
+    assert len(committed_by(jobs)) == 3  # the group ends before it, another begins after
