@@ -4,6 +4,9 @@ private Redis, with the same jobs and the same kills.
 
     python -m bench.peers [--duration 600] [--only tempo,celery,...] [--seed 20190831]
 
+procrastinate and Dramatiq are not dependencies of the service; install them first with
+    .venv/bin/python -m pip install --require-hashes --no-deps -r requirements-peers.lock
+
 Each scheduler runs 5 instances of 5 slots (Tempo: a dispatcher and a worker running 5
 handlers at once; Celery: a worker -c 5; procrastinate: a worker of concurrency 5;
 Dramatiq: a worker of 1 process and 5 threads). Of the 5 instances one gets SIGINT and
