@@ -139,11 +139,13 @@ def effects(db) -> Effects:
 
 # Run with xdist (`-n 2 --dist loadgroup`, as bin/test does), the tests that start real
 # processes go to one worker, one after another: each measures bounds in seconds and
-# must not share two cores with another such test. The browser tests are one group too
-# (their module's browser is started once). Every other test runs on any worker.
+# must not share two cores with another such test. The multi-host tests are a group of
+# their own, beside them: they run on servers of their own, with bounds of several
+# seconds. The browser tests are one group too (their module's browser is started once).
+# Every other test runs on any worker.
 GROUPS_BY_PATH = {
     "tests/processes/": "processes",
-    "tests/cluster/": "processes",
+    "tests/cluster/": "rig",
     "tests/e2e/": "browser",
 }
 
