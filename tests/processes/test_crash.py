@@ -36,6 +36,18 @@ def worker_ready(conn) -> None:
     )
 
 
+def wait_for_owners(sql, count: int) -> None:
+    """Until `count` dispatchers own partitions: started, not merely launched."""
+    wait_for(
+        lambda: sql.execute(
+            "SELECT count(*) FROM tasksapp_dispatcher WHERE partitions::text <> '[]'"
+        ).fetchone()[0]
+        >= count,
+        timeout=30,
+        message=f"{count} dispatchers own partitions",
+    )
+
+
 def test_a_killed_dispatchers_unstarted_claims_are_claimed_again_by_the_survivors(cluster, sql):
     """No worker yet: every due job stays claimed, its message waiting in the queue. The
     dispatcher killed holds claims of its own; the survivors take its partitions, its
@@ -43,14 +55,7 @@ def test_a_killed_dispatchers_unstarted_claims_are_claimed_again_by_the_survivor
     COUNT = 24  # noqa: N806
     for name in ("d1", "d2", "d3"):
         cluster.dispatcher(name)
-    wait_for(
-        lambda: sql.execute(
-            "SELECT count(*) FROM tasksapp_dispatcher WHERE partitions::text <> '[]'"
-        ).fetchone()[0]
-        == 3,
-        timeout=30,
-        message="three dispatchers own partitions",
-    )
+    wait_for_owners(sql, 3)
     insert_jobs(sql, count=COUNT, start=1, spread=1)  # fewer than the 64 queued messages
 
     def claimed_by_d2() -> dict[int, int]:
@@ -161,13 +166,7 @@ def test_a_worker_killed_mid_run_per_delivery_mode(cluster, sql, delivery):
 def test_a_job_scheduled_for_now_starts_without_waiting_for_a_poll(cluster, sql):
     cluster.dispatcher("d1")
     cluster.worker("w1")
-    wait_for(
-        lambda: sql.execute(
-            "SELECT count(*) FROM tasksapp_dispatcher WHERE partitions::text <> '[]'"
-        ).fetchone()[0],
-        timeout=20,
-        message="dispatcher owns partitions",
-    )
+    wait_for_owners(sql, 1)
     wait_for(
         lambda: sql.execute("SELECT count(*) FROM tasksapp_workerprocess").fetchone()[0],
         timeout=20,
@@ -202,13 +201,7 @@ def test_graceful_sigterm_leaves_no_job_claimed_by_the_stopped_dispatcher(cluste
     cluster.worker("w1")
     # Stopped once it runs (a SIGTERM before its start-up ends it like any process) and
     # with about two thirds of the jobs still ahead.
-    wait_for(
-        lambda: sql.execute(
-            "SELECT count(*) FROM tasksapp_dispatcher WHERE partitions::text <> '[]'"
-        ).fetchone()[0],
-        timeout=30,
-        message="dispatcher owns partitions",
-    )
+    wait_for_owners(sql, 1)
     insert_jobs(sql, count=300, start=1, spread=6)
     wait_for(lambda: outcome(sql).get("succeeded", 0) >= 1, timeout=10, message="jobs run")
     wait_for(
