@@ -42,7 +42,7 @@ def test_a_rolling_change_of_the_partition_count_runs_every_job_once(cluster, sq
     cluster.dispatcher("d2")
     cluster.worker("w1", concurrency=8)
     wait_for(lambda: partitions_in_use(sql) == (16, 16), timeout=30, message="16 in use")
-    insert_jobs(sql, count=300, start=1, spread=40)
+    insert_jobs(sql, count=300, start=1, spread=20)  # due all through the rolling change
 
     cluster.env["TEMPO_PARTITIONS"] = "32"  # the new release's setting
     cluster.dispatcher("d3")
