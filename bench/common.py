@@ -50,6 +50,15 @@ class BenchDatabase:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
 
 
+def django_on(database_url: str) -> None:
+    """Set Django up in this process against the bench's database."""
+    import django
+
+    os.environ["DATABASE_URL"] = database_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "schedapp.settings")
+    django.setup()
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")

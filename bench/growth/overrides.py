@@ -21,7 +21,7 @@ import datetime as dt
 import os
 import time
 
-from bench.common import BenchDatabase, write_json
+from bench.common import BenchDatabase, django_on, write_json
 
 HANDLER = "tasksapp.recurring.handlers.sync_member"
 FILL = """
@@ -75,11 +75,7 @@ def _index_of(node: dict) -> str | None:
 
 def run(*, db_prefix: str, rows_per_day: int, days: int) -> dict:
     with BenchDatabase(f"{db_prefix}_overrides") as db, db.connect() as conn:
-        os.environ["DATABASE_URL"] = db.url
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "schedapp.settings")
-        import django
-
-        django.setup()
+        django_on(db.url)
         from tasksapp.recurring.models import RecurringTask
         from tasksapp.retention.services import retention_run
 

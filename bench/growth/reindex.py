@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 
-from bench.common import BenchDatabase, write_json
+from bench.common import BenchDatabase, django_on, write_json
 from bench.growth.partitions import FILL, PROBE_INSERT, measured
 
 SPREAD = """
@@ -32,11 +32,7 @@ SIZES = "SELECT pg_table_size('tasksapp_job'), pg_indexes_size('tasksapp_job')"
 
 def run(*, db_prefix: str, rows_per_day: int, days: int) -> dict:
     with BenchDatabase(f"{db_prefix}_reindex") as db, db.connect() as conn:
-        os.environ["DATABASE_URL"] = db.url
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "schedapp.settings")
-        import django
-
-        django.setup()
+        django_on(db.url)
         from tasksapp.retention.indexes import index_rebuild_bloated
         from tasksapp.retention.settings import retention_settings
 
