@@ -98,10 +98,15 @@ def test_a_cancel_racing_a_task_finish_has_one_outcome(graph_cluster, calls, del
         released = [run.released_at for run in tasks if run.released_at is not None]
         assert all(when <= graph.cancelled_at for when in released), (released, graph)
         ran_after = [j for j in child_jobs(graph) if j.state == JobState.SUCCEEDED]
-        assert calls.count("test.d", key=k) == 0
+        # d may already have been released (and be running) when the cancel landed: it
+        # then runs once, and its result is not the graph's
+        d_runs = calls.count("test.d", key=k)
+        assert d_runs <= 1
+        if d_runs:
+            assert tasks.get(task="test.d").released_at <= graph.cancelled_at
         print(
             f"delay {delay}: cancelled; {len(released)} released, {len(ran_after)} child jobs"
-            f" succeeded; a {tasks.get(task='test.a').state}"
+            f" succeeded, d ran {d_runs}×; a {tasks.get(task='test.a').state}"
         )
     else:
         assert graph.result == {"d": [20, 200]}
