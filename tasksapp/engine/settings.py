@@ -38,6 +38,7 @@ class TempoSettings:
     dispatch_lead_round_trips: float
     claim_ttl_seconds: float
     run_lease_seconds: float
+    worker_check_seconds: float
     default_time_limit_seconds: float
     max_batch: int
     fanout: int
@@ -81,6 +82,8 @@ class TempoSettings:
                 "TEMPO_PREPARED_STATEMENTS needs a session connection: turn it off "
                 "behind a transaction pooler"
             )
+        if not self.worker_check_seconds >= 0:
+            raise ValueError("TEMPO_WORKER_CHECK_SECONDS must be 0 (off) or a positive number")
         if not self.notify_off_poll_seconds > 0:
             raise ValueError("TEMPO_NOTIFY_OFF_POLL_SECONDS must be a positive number")
         if self.dispatch_mode not in DISPATCH_MODES:

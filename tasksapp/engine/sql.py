@@ -19,6 +19,12 @@ DISPATCHER_LOCK_CLASS = 7_316_002
 # instance is followed by all at their next round; a count lowered takes effect once no
 # instance announces a larger one (the rolling restart is complete).
 PARTITION_COUNT_CLASS = 7_316_003
+# A worker process's liveness: (WORKER_LOCK_CLASS, hashtext(its name)), held by a session
+# of its own for as long as the process lives (tasksapp.engine.worker.liveness).
+WORKER_LOCK_CLASS = 7_316_004
+TAKE_WORKER_LOCK = (
+    "SELECT pg_try_advisory_lock(%(worker_class)s, hashtext(%(name)s)), hashtext(%(name)s)"
+)
 ANNOUNCE_PARTITION_COUNT = "SELECT pg_advisory_lock_shared(%(count_class)s, %(count)s)"
 
 # pg_locks spans the whole server: only this database's advisory locks count.

@@ -139,6 +139,12 @@ def job_reap_expired(*, partitions: int, owned: Sequence[int]) -> tuple[int, int
     return reaped.count, reaped.next_expiry_ms
 
 
+def job_expire_dead_workers(*, grace: float) -> list[str]:
+    """End the leases of the running jobs of workers that died (their liveness lock is
+    gone): the reaper returns them now, not when their leases would have run out."""
+    return job_store().expire_dead_workers(grace=grace)
+
+
 # --- worker side -----------------------------------------------------------------------
 
 

@@ -43,7 +43,13 @@ from tasksapp.engine.runtime import freeze_startup_heap
 from tasksapp.engine.sessions import use_engine_sessions
 from tasksapp.engine.settings import DEFAULT_QUEUE, TempoSettings
 from tasksapp.engine.store import job_store
-from tasksapp.engine.transitions import Claim, job_claim_due, job_claim_limited, job_reap_expired
+from tasksapp.engine.transitions import (
+    Claim,
+    job_claim_due,
+    job_claim_limited,
+    job_expire_dead_workers,
+    job_reap_expired,
+)
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +157,8 @@ class DispatcherLoop:
         # announced by NOTIFY unless the dispatchers poll only (TEMPO_DISPATCH_NOTIFY).
         self.on_postgres = job_store().notifies
         self.uses_notify = self.on_postgres and self.settings.dispatch_notify
+        # Dead workers are seen by their liveness locks (PostgreSQL only).
+        self.worker_checks = self.on_postgres and self.settings.worker_check_seconds > 0
         self.settings.check_dispatch(listen_notify=self.uses_notify, postgres=self.on_postgres)
         self.counters: Counter[str] = Counter()
         self.stopping = False
@@ -212,6 +220,7 @@ class DispatcherLoop:
         self.next_coordination = 0.0
         self.next_heartbeat = 0.0
         self.next_reap: float | None = 0.0
+        self.next_worker_check = 0.0
         self.broker_retry_at = 0.0  # while the broker is unreachable: claim nothing before
         self.rules_stale = True  # the routing rules are read again before the next claims
 
@@ -313,6 +322,8 @@ class DispatcherLoop:
             self.source.step()
             if self.stepped_out:  # the broker failed during this step
                 return
+            if self.worker_checks and self.now_ms() >= self.next_worker_check:
+                self._check_workers()
             if self.next_reap is not None and self.now_ms() >= self.next_reap:
                 self._reap()
             if self.now_ms() >= self.next_heartbeat:
@@ -506,14 +517,26 @@ class DispatcherLoop:
         free_messages = self.settings.max_queued_messages - backlog
         return min(wanted, max(0, free_messages) * self.settings.max_batch)
 
-    def _reap(self) -> None:
-        reaped, next_expiry_ms = job_reap_expired(partitions=self.partitions, owned=self._owned())
+    def _reap(self, *, everywhere: bool = False) -> None:
+        owned = list(range(self.partitions)) if everywhere else self._owned()
+        reaped, next_expiry_ms = job_reap_expired(partitions=self.partitions, owned=owned)
         self.counters.update(statements=1, reaped=reaped)
         if reaped:
             log.info("dispatcher %s: returned %s jobs with expired leases", self.name, reaped)
             if not self.uses_notify and isinstance(self.source, DatabaseSource):
                 self.source.rewind()  # no NOTIFY announces their next run: poll for it now
         self.next_reap = None if next_expiry_ms is None else next_expiry_ms + 200
+
+    def _check_workers(self) -> None:
+        """Workers that died (their liveness lock is gone): their running jobs' leases end
+        now and this instance returns them at once, in every partition (one dispatcher
+        finds each death; the jobs' owners learn of them by NOTIFY, as of any retry)."""
+        dead = job_expire_dead_workers(grace=self.settings.run_lease_seconds)
+        self.counters.update(statements=1)
+        if dead:
+            log.warning("dispatcher %s: worker processes died: %s", self.name, ", ".join(dead))
+            self._reap(everywhere=True)
+        self.next_worker_check = self.now_ms() + self.settings.worker_check_seconds * 1000
 
     def _heartbeat(self) -> None:
         offset = self.coordinator.clock.offset_ms if self.coordinator else 0.0
@@ -596,6 +619,8 @@ class DispatcherLoop:
     def _wait(self) -> None:
         assert self.coordinator is not None
         deadlines = [self.next_coordination, self.next_heartbeat, self.source.next_deadline()]
+        if self.worker_checks:
+            deadlines.append(self.next_worker_check)
         if self.next_reap is not None:
             deadlines.append(self.next_reap)
         timeout = min(MAX_WAIT_SECONDS, (min(deadlines) - self.now_ms()) / 1000)

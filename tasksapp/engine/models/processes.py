@@ -64,6 +64,12 @@ class WorkerProcess(models.Model):
     succeeded = models.BigIntegerField(default=0)
     failed = models.BigIntegerField(default=0)
     queues = models.JSONField(default=list, blank=True, help_text="The Tempo queues it serves.")
+    # The key of the advisory lock its liveness session holds (PostgreSQL ends the
+    # session, and frees the lock, the moment the process dies); NULL: it holds none, or
+    # a dispatcher has found it dead and ended its jobs' leases.
+    liveness_key = models.IntegerField(
+        null=True, blank=True, help_text="Its liveness lock's key; empty: none held."
+    )
 
     def __str__(self) -> str:
         return self.name

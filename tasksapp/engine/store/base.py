@@ -68,6 +68,12 @@ class JobStore(Protocol):
         dead or failed (with `error`) per delivery mode and attempts."""
         ...
 
+    def expire_dead_workers(self, *, grace: float) -> list[str]:
+        """End at once the leases of the running jobs of worker processes whose liveness
+        lock is gone (they died), unless the server started within `grace` s; the names
+        of the workers found dead (each is reported once)."""
+        ...
+
     def start(
         self, *, claims: Sequence[tuple[int, int]], worker: str, ttl: float, lead: float
     ) -> list[rows.StartedJob]:

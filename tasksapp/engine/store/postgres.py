@@ -11,8 +11,10 @@ from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from django.db import connection
+from django.db import connection, transaction
 from psycopg.rows import RowFactory, no_result
+
+from tasksapp.engine.sql import WORKER_LOCK_CLASS
 
 from . import pg_session
 from . import postgres_sql as sql
@@ -162,6 +164,15 @@ class PostgresJobStore(InsertsBySource):
         with _cursor(_REAPED) as cursor:
             cursor.execute(sql.REAP_EXPIRED, {**params, **_partition_params(partitions, owned)})
             return cursor.fetchone()
+
+    def expire_dead_workers(self, *, grace: float) -> list[str]:
+        params = {"grace": grace, "worker_class": WORKER_LOCK_CLASS}
+        with transaction.atomic(), _cursor() as cursor:
+            cursor.execute(sql.DEAD_WORKERS, params)
+            dead = [name for (name,) in cursor.fetchall()]
+            if dead:
+                cursor.execute(sql.EXPIRE_LEASES_OF, {"workers": dead})
+        return dead
 
     def start(
         self, *, claims: Sequence[tuple[int, int]], worker: str, ttl: float, lead: float

@@ -294,6 +294,29 @@ SELECT (SELECT count(*) FROM reaped) AS count,
 """
 
 
+# Workers whose liveness session has ended (the process died: PostgreSQL freed its lock)
+# are marked as found (their key cleared: one dispatcher acts on each death), their
+# running jobs' leases then expire at once instead of running out. Not within `grace` s of
+# a server restart: every session ended then, and live workers are still taking their
+# locks again.
+DEAD_WORKERS = """
+UPDATE tasksapp_workerprocess w SET liveness_key = NULL
+WHERE w.liveness_key IS NOT NULL
+  AND pg_postmaster_start_time() < clock_timestamp() - make_interval(secs => %(grace)s)
+  AND NOT EXISTS (
+      SELECT 1 FROM pg_locks l
+      WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %(worker_class)s
+        AND l.objid = w.liveness_key::oid AND l.objsubid = 2
+        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+RETURNING w.name
+"""
+EXPIRE_LEASES_OF = f"""
+UPDATE {JOB_TABLE} SET lease_expires_at = clock_timestamp()
+WHERE state = {RUNNING} AND lease_expires_at > clock_timestamp()
+  AND claimed_by = ANY(%(workers)s::text[])
+"""
+
+
 def _jobs_insert(values: str, source: str, returning: str) -> str:
     """An insert of new jobs: `values` (NewJob's fields, in its order) for each row of
     `source`; every other column starts the same, stated here once."""

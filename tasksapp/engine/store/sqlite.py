@@ -178,6 +178,9 @@ class SqliteJobStore(InsertsBySource):
     def set_rate_tat(self, queue: str, tat_ms: float) -> None:
         JobQueue.objects.filter(name=queue).update(rate_tat=from_ms(tat_ms))
 
+    def expire_dead_workers(self, *, grace: float) -> list[str]:
+        return []  # no session locks: a dead worker's jobs wait out their leases
+
     def reap_expired(self, *, partitions: int, owned: Sequence[int], error: str) -> Reaped:
         scope = Job.objects.filter(_in_partitions(partitions, owned), state__in=LEASED_STATES)
         with transaction.atomic():

@@ -63,6 +63,7 @@ from tasksapp.engine.transitions import (
     job_start,
     job_succeed,
 )
+from tasksapp.engine.worker.liveness import LivenessLock, liveness_lock_possible
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +157,10 @@ class LeaseKeeper:
         self._next_limit = float("inf")  # when the watchdog wakes next (monotonic)
         self._counts = {"succeeded": 0, "failed": 0}
         self.queues: list[str] = []  # the Tempo queues this worker consumes, for the dashboard
+        # Taken before any job starts: from then on a death is seen at once (liveness.py).
+        self.liveness = LivenessLock(self.name) if liveness_lock_possible(self.settings) else None
+        if self.liveness is not None:
+            self.liveness.ensure()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
         self._thread.start()
@@ -168,6 +173,8 @@ class LeaseKeeper:
             self._limits.notify()
         self._thread.join(timeout=5)
         self._watchdog.join(timeout=5)
+        if self.liveness is not None:
+            self.liveness.close()
 
     def hold(self, job: StartedJob) -> None:
         held = _Held(job, time_limit_of(job))
@@ -229,6 +236,8 @@ class LeaseKeeper:
             connection.close()
 
     def _renew_and_beat(self) -> None:
+        if self.liveness is not None:
+            self.liveness.ensure()  # taken again if its session was lost
         now = time.monotonic()
         with self._lock:
             # Past its time limit a job's lease is no longer renewed, nor are those of the
@@ -363,6 +372,8 @@ def execute_batch(claims: Sequence[Sequence[int | float]]) -> int:
     database clock as the start's answer bounds it: that round trip and its CPU, a burst
     of workers at once, stay off the path between run_at and the handler."""
     keeper = lease_keeper()
+    if keeper.liveness is not None and not keeper.liveness.held:
+        keeper.liveness.ensure()  # its session was lost: the lock first, then the jobs
     pairs = [(int(c[0]), int(c[1])) for c in claims]
     started = _tighten_clock(job_start(claims=pairs, worker=keeper.name, ttl=keeper.ttl))
     if any(job.delivery == Delivery.AT_MOST_ONCE for job in started):

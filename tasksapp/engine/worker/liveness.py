@@ -1,0 +1,104 @@
+"""A worker process's liveness, as PostgreSQL sees it.
+
+Each worker process holds an advisory lock on its own name, on a session of its own (a
+direct connection, past any transaction pooler). PostgreSQL frees the lock the moment
+that session ends, so the moment the process dies: SIGKILL, OOM kill, a crash. The
+dispatchers look for workers whose lock is gone about once a second
+(`TEMPO_WORKER_CHECK_SECONDS`) and end the leases of their running jobs at once, so
+those run again (or become `lost`) within a second or two of the death, instead of when
+the run lease (`TEMPO_RUN_LEASE_SECONDS`) would have run out.
+
+A worker that is alive but stalled (SIGSTOP, a paused VM) keeps its session and lock:
+its jobs still wait for their leases, and its late outcomes are refused by the fence.
+
+The key is written on the worker's row (`WorkerProcess.liveness_key`) after the lock is
+taken, and only then are jobs started: a worker that holds no lock (another session
+holds its name, the database is away) writes no key, and its jobs keep the lease alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+
+import psycopg
+from django.db import connection
+
+from tasksapp.engine import sql
+from tasksapp.engine.models import WorkerProcess
+from tasksapp.engine.settings import TempoSettings
+from tasksapp.engine.store.pg_session import session_connection_params
+
+log = logging.getLogger(__name__)
+
+RETRY_SECONDS = 2.0  # after a failed take, the next try waits this long (not every batch)
+
+
+def liveness_lock_possible(settings: TempoSettings) -> bool:
+    """On PostgreSQL, with a direct session: behind a transaction pooler without
+    TEMPO_SESSION_DATABASE_URL the lock would stay with a pooled server connection."""
+    on_postgres = connection.vendor == "postgresql"
+    return on_postgres and (not settings.db_pooler or bool(settings.session_database_url))
+
+
+class LivenessLock:
+    """The session holding this worker process's liveness lock (see the module)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._conn: psycopg.Connection | None = None
+        self.key: int | None = None
+        self._retry_at = 0.0  # time.monotonic() of the next try after a failed one
+
+    @property
+    def held(self) -> bool:
+        return self._conn is not None and not self._conn.closed and self.key is not None
+
+    def ensure(self) -> bool:
+        """Hold the lock (again, after the session was lost) and register its key;
+        whether it is held. Touches the session, so a broken one is noticed here."""
+        if self.held:
+            try:
+                self._conn.execute("SELECT 1")
+                return True
+            except psycopg.Error:
+                log.warning("worker %s: liveness session lost, taking the lock again", self.name)
+                self.close()
+        if time.monotonic() < self._retry_at:
+            return False
+        if self._take():
+            return True
+        self._retry_at = time.monotonic() + RETRY_SECONDS
+        return False
+
+    def _take(self) -> bool:
+        try:
+            self._conn = psycopg.connect(
+                **session_connection_params(), autocommit=True, application_name="tempo-worker"
+            )
+            params = {"worker_class": sql.WORKER_LOCK_CLASS, "name": self.name}
+            got, key = self._conn.execute(sql.TAKE_WORKER_LOCK, params).fetchone()
+        except psycopg.Error as exc:
+            log.warning("worker %s: no liveness lock (%s): leases alone", self.name, exc)
+            self.close()
+            return False
+        if not got:  # another live session holds this name's lock: leave it alone
+            log.warning("worker %s: its liveness lock is held elsewhere: leases alone", self.name)
+            self.close()
+            return False
+        self.key = key
+        WorkerProcess.objects.update_or_create(
+            name=self.name,
+            defaults={"hostname": socket.gethostname(), "pid": os.getpid(), "liveness_key": key},
+        )
+        return True
+
+    def close(self) -> None:
+        self.key = None
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None

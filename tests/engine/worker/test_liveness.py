@@ -1,0 +1,97 @@
+"""Worker liveness locks against real PostgreSQL sessions: a worker whose lock session
+ended is found dead once and its running jobs' leases end; a live one, one that never
+held a lock, and every worker just after a server restart are left to their leases."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import psycopg
+import pytest
+from django.utils import timezone
+
+from tasksapp.engine.models import Job, JobState, WorkerProcess
+from tasksapp.engine.store.pg_session import session_connection_params
+from tasksapp.engine.transitions import job_expire_dead_workers
+from tasksapp.engine.worker.liveness import LivenessLock
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+FAR = dt.timedelta(minutes=10)
+
+
+def running_job(worker: str) -> Job:
+    return JobFactory(
+        state=JobState.RUNNING,
+        claimed_by=worker,
+        attempts=1,
+        lease_token=7,
+        lease_expires_at=timezone.now() + FAR,
+    )
+
+
+def lease_ended(job: Job) -> bool:
+    job.refresh_from_db()
+    return job.lease_expires_at <= timezone.now()
+
+
+@pytest.fixture
+def locks():
+    taken: list[LivenessLock] = []
+
+    def take(name: str) -> LivenessLock:
+        lock = LivenessLock(name)
+        assert lock.ensure()
+        taken.append(lock)
+        return lock
+
+    yield take
+    for lock in taken:
+        lock.close()
+
+
+def test_a_worker_whose_session_ended_is_found_once_and_its_leases_end(locks):
+    lock = locks("host:101")
+    job, other = running_job("host:101"), running_job("host:102")
+    assert job_expire_dead_workers(grace=0) == []  # alive
+    assert not lease_ended(job)
+
+    lock.close()  # what the death of the process does to its session
+    assert job_expire_dead_workers(grace=0) == ["host:101"]
+    assert lease_ended(job)
+    assert not lease_ended(other)
+    assert WorkerProcess.objects.get(name="host:101").liveness_key is None
+    assert job_expire_dead_workers(grace=0) == []  # found once
+
+
+def test_a_live_worker_a_worker_without_a_lock_and_a_restart_are_left_to_leases(locks):
+    locks("host:201")
+    WorkerProcess.objects.create(name="host:202", hostname="host", pid=202)  # no lock
+    jobs = [running_job("host:201"), running_job("host:202")]
+    assert job_expire_dead_workers(grace=0) == []
+    # a dead one within `grace` of the server's start: not judged (every session ended then)
+    dead = LivenessLock("host:203")
+    assert dead.ensure()
+    jobs.append(running_job("host:203"))
+    dead.close()
+    assert job_expire_dead_workers(grace=10**9) == []
+    assert not any(lease_ended(job) for job in jobs)
+    assert job_expire_dead_workers(grace=0) == ["host:203"]
+
+
+def test_a_name_whose_lock_another_session_holds_registers_no_key(locks):
+    locks("host:301")
+    second = LivenessLock("host:301")
+    assert not second.ensure()
+    assert not second.held
+    assert WorkerProcess.objects.get(name="host:301").liveness_key is not None  # the first's
+
+
+def test_a_lost_session_is_noticed_and_the_lock_taken_again(locks):
+    lock = locks("host:401")
+    pid = lock._conn.info.backend_pid
+    with psycopg.connect(**session_connection_params(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+    assert lock.ensure()  # SELECT 1 fails on the ended session: a new one, the lock again
+    assert lock._conn.info.backend_pid != pid
+    assert job_expire_dead_workers(grace=0) == []

@@ -1,0 +1,99 @@
+"""A worker's death is seen at once, not when its leases run out; a stall is not a death.
+
+The run lease is 30 s here: a job of a SIGKILLed worker returned within a few seconds was
+returned because PostgreSQL ended the worker's liveness session (and freed its lock), not
+because its lease ran out. A frozen worker (SIGSTOP) keeps its session: its job is left
+to its lease."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from tests.processes.inflight import (
+    MODES,
+    assert_killed_mid_run,
+    create_tables,
+    database_now,
+    insert_blocking,
+    states,
+    wait_for_outcome,
+    wait_until_running,
+)
+from tests.processes.support import wait_for
+
+pytestmark = pytest.mark.processes
+LEASE_S = 30.0
+DEATH_SEEN_BOUND_S = 8.0  # the dispatchers' check (1 s) and the reap, on a busy machine
+
+
+def live_worker(sql, pid: int) -> None:
+    wait_for(
+        lambda: sql.execute(
+            "SELECT count(*) FROM tasksapp_workerprocess WHERE pid = %s"
+            " AND liveness_key IS NOT NULL",
+            [pid],
+        ).fetchone()[0],
+        timeout=30,
+        message=f"worker {pid} holds its liveness lock",
+    )
+
+
+def test_a_killed_workers_jobs_are_returned_at_once_in_every_mode(cluster, sql):
+    cluster.env["TEMPO_RUN_LEASE_SECONDS"] = str(LEASE_S)
+    create_tables(sql)
+    cluster.dispatcher("d1")
+    cluster.dispatcher("d2")
+    cluster.worker("w1", concurrency=6)
+    live_worker(sql, cluster.processes["w1"].pid)
+    ids = {
+        mode: insert_blocking(sql, count=2, delivery=mode, key=f"death-{mode}") for mode in MODES
+    }
+    everything = [job_id for batch in ids.values() for job_id in batch]
+    wait_until_running(sql, everything)
+    cluster.kill("w1", signal.SIGKILL)
+    killed_at = database_now(sql)
+    cluster.worker("w2", concurrency=6)
+
+    for mode, batch in ids.items():
+        wait_for_outcome(sql, batch, mode, timeout=DEATH_SEEN_BOUND_S + 20)
+        assert_killed_mid_run(sql, batch, mode)
+    returned_after = sql.execute(
+        "SELECT max(extract(epoch FROM (e->>'at')::timestamptz - %s)) FROM tasksapp_job,"
+        " jsonb_array_elements(errors) AS e WHERE id = ANY(%s)",
+        [killed_at, everything],
+    ).fetchone()[0]
+    print(f"the killed worker's 6 jobs returned {returned_after:.2f} s after the kill")
+    assert returned_after < DEATH_SEEN_BOUND_S < LEASE_S
+    time.sleep(2)
+    assert states(sql, ids["at_most_once"]) == {"lost": 2}  # not run again
+    # the death was found once, and its row says so
+    assert sql.execute(
+        "SELECT liveness_key FROM tasksapp_workerprocess WHERE pid = %s",
+        [cluster.processes["w1"].pid],
+    ).fetchone() == (None,)
+
+
+def test_a_frozen_worker_keeps_its_jobs_until_its_lease_runs_out(cluster, sql):
+    cluster.env["TEMPO_RUN_LEASE_SECONDS"] = "12"
+    create_tables(sql)
+    cluster.dispatcher("d1")
+    cluster.worker("w1", concurrency=2)
+    live_worker(sql, cluster.processes["w1"].pid)
+    (job_id,) = insert_blocking(sql, count=1, delivery="at_least_once", key="frozen")
+    wait_until_running(sql, [job_id])
+    cluster.kill("w1", signal.SIGSTOP)
+    try:
+        time.sleep(5)  # five worker checks, within the lease (at least 8 s left)
+        assert states(sql, [job_id]) == {"running": 1}  # alive, if frozen: not a death
+        wait_for(
+            lambda: states(sql, [job_id]) != {"running": 1},
+            timeout=20,
+            message="the lease ran out",
+        )
+    finally:
+        cluster.kill("w1", signal.SIGCONT)
+    errors = sql.execute("SELECT errors FROM tasksapp_job WHERE id = %s", [job_id]).fetchone()[0]
+    assert [entry["kind"] for entry in errors] == ["lease_expired"]
