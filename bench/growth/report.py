@@ -127,9 +127,10 @@ def main_from_log(path: str, members: int = 100_000) -> None:
 REBUILT = re.compile(r"(\w+)\s+day\s+(\d+):.*, rebuilt (\d+)")
 
 
-def main_rebuilds(*logs: str, members: int = 100_000) -> None:
-    """The runs with index rebuilds, from their printed lines (stopped before day 60),
-    against the runs of growth.json: tables, results/growth-rebuilds.json and the plot."""
+def main_rebuilds(*logs: str, members: int = 100_000, name: str = "growth-rebuilds") -> None:
+    """The runs with index rebuilds, from their printed lines, against the runs of
+    growth.json: tables, results/<name>.json and the plot (docs/images/growth.png, or
+    <name>.png for another name)."""
     from bench.growth.__main__ import PLOT, plot
 
     runs: dict[str, dict] = {}
@@ -140,18 +141,20 @@ def main_rebuilds(*logs: str, members: int = 100_000) -> None:
         for variant, result in runs.items():
             for day in result["days"]:
                 day.setdefault("rebuilt", rebuilt.get((variant, day["day"]), 0))
-    for name, result in runs.items():
-        print(f"### {name}\n\n{variant_table(result)}\n")
+    for variant, result in runs.items():
+        print(f"### {variant}\n\n{variant_table(result)}\n")
     print(f"### last day / day 10\n\n{ratio_table(runs)}\n")
-    (RESULTS / "growth-rebuilds.json").write_text(json.dumps({"variants": runs}, indent=1))
+    (RESULTS / f"{name}.json").write_text(json.dumps({"variants": runs}, indent=1))
     before = json.loads((RESULTS / "growth.json").read_text())["variants"]
-    shown = {"with retention, rebuilds (2026-11-25)": runs["retention"]}
+    shown = {"with retention, rebuilds": runs["retention"]}
     if "none" in runs:  # ran beside it, under the same load
-        shown["without retention (2026-11-25)"] = runs["none"]
-    shown["with retention, no rebuilds (2026-11-24)"] = before["retention"]
-    shown["without retention (2026-11-24)"] = before["none"]
-    plot(shown, PLOT)
-    print(f"plot: {PLOT}")
+        shown["without retention"] = runs["none"]
+    path = PLOT if name == "growth-rebuilds" else PLOT.with_name(f"{name}.png")
+    if path == PLOT:  # beside the first runs, without rebuilds
+        shown["with retention, no rebuilds (2026-11-24)"] = before["retention"]
+        shown["without retention (2026-11-24)"] = before["none"]
+    plot(shown, path)
+    print(f"plot: {path}")
 
 
 if __name__ == "__main__":
@@ -159,5 +162,7 @@ if __name__ == "__main__":
         main_from_log(sys.argv[2])
     elif sys.argv[1:2] == ["--rebuilds"]:
         main_rebuilds(*sys.argv[2:])
+    elif sys.argv[1:2] == ["--final"]:  # --final NAME LOG...: its own results and plot
+        main_rebuilds(*sys.argv[3:], name=sys.argv[2])
     else:
         main(*sys.argv[1:])
