@@ -18,10 +18,9 @@ class RetentionAgesError(ValueError):
 
 def retention_ages(retention: Any) -> dict[str, float]:
     """Days per finished state, as floats; None or {} for none."""
+    if retention is None or retention == {}:
+        return {}  # before the models: a handler module may be imported before Django is
     from tasksapp.engine.models import FINAL_STATES  # models load after the handlers
-
-    if retention is None:
-        return {}
     valid = (
         isinstance(retention, dict)
         and set(retention) <= set(FINAL_STATES)

@@ -128,3 +128,22 @@ def test_the_demo_and_graph_handlers_are_registered_at_start_up():
         "tasksapp.graphs.runner.rollback_graph",
     ):
         assert name in registry
+
+
+def test_a_handler_module_imports_before_django_is_set_up():
+    """Scripts and benches import their handler modules first, then set Django up."""
+    import subprocess
+    from pathlib import Path
+
+    code = (
+        "from tasksapp.engine.handlers import job_handler\n"
+        "@job_handler\n"
+        "def early(ctx): return None\n"
+        "@job_handler(retention={})\n"
+        "def early_too(ctx): return None\n"
+        "print('registered')\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "registered"
