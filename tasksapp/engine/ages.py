@@ -21,6 +21,7 @@ def retention_ages(retention: Any) -> dict[str, float]:
     if retention is None or retention == {}:
         return {}  # before the models: a handler module may be imported before Django is
     from tasksapp.engine.models import FINAL_STATES  # models load after the handlers
+
     valid = (
         isinstance(retention, dict)
         and set(retention) <= set(FINAL_STATES)
