@@ -322,7 +322,7 @@ class DispatcherLoop:
             self.source.step()
             if self.stepped_out:  # the broker failed during this step
                 return
-            if self.worker_checks and self.now_ms() >= self.next_worker_check:
+            if self._worker_check_due():
                 self._check_workers()
             if self.next_reap is not None and self.now_ms() >= self.next_reap:
                 self._reap()
@@ -527,13 +527,20 @@ class DispatcherLoop:
                 self.source.rewind()  # no NOTIFY announces their next run: poll for it now
         self.next_reap = None if next_expiry_ms is None else next_expiry_ms + 200
 
+    def _worker_check_due(self) -> bool:
+        """While jobs are leased in its partitions (the reaper has a next look), never
+        when idle: an idle dispatcher sends no statement."""
+        if not self.worker_checks or self.next_reap is None:
+            return False
+        return self.now_ms() >= self.next_worker_check
+
     def _check_workers(self) -> None:
         """Workers that died (their liveness lock is gone): their running jobs' leases end
         now and this instance returns them at once, in every partition (one dispatcher
         finds each death; the jobs' owners learn of them by NOTIFY, as of any retry)."""
         dead = job_expire_dead_workers(grace=self.settings.run_lease_seconds)
-        self.counters.update(statements=1)
-        if dead:
+        if dead:  # (the look itself reads the workers' rows and locks, not the jobs table)
+            self.counters.update(statements=1)
             log.warning("dispatcher %s: worker processes died: %s", self.name, ", ".join(dead))
             self._reap(everywhere=True)
         self.next_worker_check = self.now_ms() + self.settings.worker_check_seconds * 1000
@@ -619,7 +626,7 @@ class DispatcherLoop:
     def _wait(self) -> None:
         assert self.coordinator is not None
         deadlines = [self.next_coordination, self.next_heartbeat, self.source.next_deadline()]
-        if self.worker_checks:
+        if self.worker_checks and self.next_reap is not None:
             deadlines.append(self.next_worker_check)
         if self.next_reap is not None:
             deadlines.append(self.next_reap)
