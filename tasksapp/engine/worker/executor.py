@@ -157,10 +157,9 @@ class LeaseKeeper:
         self._next_limit = float("inf")  # when the watchdog wakes next (monotonic)
         self._counts = {"succeeded": 0, "failed": 0}
         self.queues: list[str] = []  # the Tempo queues this worker consumes, for the dashboard
-        # Taken before any job starts: from then on a death is seen at once (liveness.py).
+        # Taken before the first job starts: from then on a death is seen at once
+        # (liveness.py); not here, where the queues it serves are not known yet.
         self.liveness = LivenessLock(self.name) if liveness_lock_possible(self.settings) else None
-        if self.liveness is not None:
-            self.liveness.ensure()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
         self._thread.start()
@@ -237,7 +236,7 @@ class LeaseKeeper:
 
     def _renew_and_beat(self) -> None:
         if self.liveness is not None:
-            self.liveness.ensure()  # taken again if its session was lost
+            self.liveness.ensure(self.queues)  # taken again if its session was lost
         now = time.monotonic()
         with self._lock:
             # Past its time limit a job's lease is no longer renewed, nor are those of the
@@ -373,7 +372,7 @@ def execute_batch(claims: Sequence[Sequence[int | float]]) -> int:
     of workers at once, stay off the path between run_at and the handler."""
     keeper = lease_keeper()
     if keeper.liveness is not None and not keeper.liveness.held:
-        keeper.liveness.ensure()  # its session was lost: the lock first, then the jobs
+        keeper.liveness.ensure(keeper.queues)  # first (or lost): the lock, then the jobs
     pairs = [(int(c[0]), int(c[1])) for c in claims]
     started = _tighten_clock(job_start(claims=pairs, worker=keeper.name, ttl=keeper.ttl))
     if any(job.delivery == Delivery.AT_MOST_ONCE for job in started):

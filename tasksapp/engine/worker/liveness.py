@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 
 import psycopg
@@ -51,29 +52,36 @@ class LivenessLock:
         self._conn: psycopg.Connection | None = None
         self.key: int | None = None
         self._retry_at = 0.0  # time.monotonic() of the next try after a failed one
+        # The lease keeper and every thread starting a batch may ask at once: one session.
+        self._guard = threading.Lock()
 
     @property
     def held(self) -> bool:
         return self._conn is not None and not self._conn.closed and self.key is not None
 
-    def ensure(self) -> bool:
-        """Hold the lock (again, after the session was lost) and register its key;
-        whether it is held. Touches the session, so a broken one is noticed here."""
+    def ensure(self, queues: list[str] | None = None) -> bool:
+        """Hold the lock (again, after the session was lost) and register its key on the
+        worker's row (with the queues it serves, when it is created); whether it is held.
+        Touches the session, so a broken one is noticed here."""
+        with self._guard:
+            return self._ensure(queues or [])
+
+    def _ensure(self, queues: list[str]) -> bool:
         if self.held:
             try:
                 self._conn.execute("SELECT 1")
                 return True
             except psycopg.Error:
                 log.warning("worker %s: liveness session lost, taking the lock again", self.name)
-                self.close()
+                self._close()
         if time.monotonic() < self._retry_at:
             return False
-        if self._take():
+        if self._take(queues):
             return True
         self._retry_at = time.monotonic() + RETRY_SECONDS
         return False
 
-    def _take(self) -> bool:
+    def _take(self, queues: list[str]) -> bool:
         try:
             self._conn = psycopg.connect(
                 **session_connection_params(), autocommit=True, application_name="tempo-worker"
@@ -82,20 +90,30 @@ class LivenessLock:
             got, key = self._conn.execute(sql.TAKE_WORKER_LOCK, params).fetchone()
         except psycopg.Error as exc:
             log.warning("worker %s: no liveness lock (%s): leases alone", self.name, exc)
-            self.close()
+            self._close()
             return False
         if not got:  # another live session holds this name's lock: leave it alone
             log.warning("worker %s: its liveness lock is held elsewhere: leases alone", self.name)
-            self.close()
+            self._close()
             return False
         self.key = key
         WorkerProcess.objects.update_or_create(
             name=self.name,
-            defaults={"hostname": socket.gethostname(), "pid": os.getpid(), "liveness_key": key},
+            defaults={"liveness_key": key},
+            create_defaults={
+                "hostname": socket.gethostname(),
+                "pid": os.getpid(),
+                "liveness_key": key,
+                "queues": queues,
+            },
         )
         return True
 
     def close(self) -> None:
+        with self._guard:
+            self._close()
+
+    def _close(self) -> None:
         self.key = None
         if self._conn is not None:
             try:

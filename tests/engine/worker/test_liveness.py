@@ -95,3 +95,38 @@ def test_a_lost_session_is_noticed_and_the_lock_taken_again(locks):
     assert lock.ensure()  # SELECT 1 fails on the ended session: a new one, the lock again
     assert lock._conn.info.backend_pid != pid
     assert job_expire_dead_workers(grace=0) == []
+
+
+def test_threads_asking_at_once_share_one_session_and_the_lock_stays_held(monkeypatch):
+    """Every thread that starts a batch asks for the lock: racing takes must not open
+    second sessions that fail and, closing, drop the first one's lock."""
+    import threading
+
+    from tasksapp.engine.worker import liveness
+
+    opened = []
+    connect = liveness.psycopg.connect
+
+    def counting_connect(*args, **kwargs):
+        opened.append(1)
+        return connect(*args, **kwargs)
+
+    monkeypatch.setattr(liveness.psycopg, "connect", counting_connect)
+    lock = LivenessLock("host:501")
+    barrier = threading.Barrier(8)
+
+    def ask() -> None:
+        barrier.wait()
+        lock.ensure()
+
+    try:
+        threads = [threading.Thread(target=ask) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert lock.held
+        assert len(opened) == 1  # one session, taken once
+        assert job_expire_dead_workers(grace=0) == []  # its lock is held
+    finally:
+        lock.close()
