@@ -41,8 +41,15 @@ def live_worker(sql, pid: int) -> None:
     )
 
 
-def test_a_killed_workers_jobs_are_returned_at_once_in_every_mode(cluster, sql):
-    cluster.env["TEMPO_RUN_LEASE_SECONDS"] = str(LEASE_S)
+@pytest.mark.parametrize("notify", ["true", "false"], ids=["notify", "polling-only"])
+def test_a_killed_workers_jobs_are_returned_at_once_in_every_mode(cluster, sql, notify):
+    """With notifications the dispatcher that finds the death returns the jobs of every
+    partition; polling only, each owner returns its own at its next check and polls."""
+    cluster.env.update(
+        TEMPO_RUN_LEASE_SECONDS=str(LEASE_S),
+        TEMPO_DISPATCH_NOTIFY=notify,
+        TEMPO_NOTIFY_OFF_POLL_SECONDS="2",
+    )
     create_tables(sql)
     cluster.dispatcher("d1")
     cluster.dispatcher("d2")
@@ -65,7 +72,7 @@ def test_a_killed_workers_jobs_are_returned_at_once_in_every_mode(cluster, sql):
         " jsonb_array_elements(errors) AS e WHERE id = ANY(%s)",
         [killed_at, everything],
     ).fetchone()[0]
-    print(f"the killed worker's 6 jobs returned {returned_after:.2f} s after the kill")
+    print(f"notify {notify}: the killed worker's 6 jobs returned {returned_after:.2f} s after")
     assert returned_after < DEATH_SEEN_BOUND_S < LEASE_S
     time.sleep(2)
     assert states(sql, ids["at_most_once"]) == {"lost": 2}  # not run again

@@ -536,12 +536,17 @@ class DispatcherLoop:
 
     def _check_workers(self) -> None:
         """Workers that died (their liveness lock is gone): their running jobs' leases end
-        now and this instance returns them at once, in every partition (one dispatcher
-        finds each death; the jobs' owners learn of them by NOTIFY, as of any retry)."""
+        now. With notifications this instance returns them at once, in every partition
+        (one dispatcher finds each death; the owners learn of the jobs by NOTIFY, as of any
+        retry). Polling only, no NOTIFY would tell the owners: each reaps its own
+        partitions at every check instead, and polls again when it returned any."""
         dead = job_expire_dead_workers(grace=self.settings.run_lease_seconds)
         if dead:  # (the look itself reads the workers' rows and locks, not the jobs table)
             self.counters.update(statements=1)
             log.warning("dispatcher %s: worker processes died: %s", self.name, ", ".join(dead))
+        if not self.uses_notify:
+            self._reap()
+        elif dead:
             self._reap(everywhere=True)
         self.next_worker_check = self.now_ms() + self.settings.worker_check_seconds * 1000
 

@@ -83,7 +83,7 @@ def test_claims_a_due_job_and_publishes_id_token_and_run_at(loops, publisher, fa
 
 
 def test_holds_a_future_job_until_its_run_time(loops, publisher, fast):
-    job = schedule(0.4)
+    job = schedule(1.5)  # the first turn (coordination, rules, poll) ends well before
     loop = loops("d1", publisher)
     loop.step(wait=False)
     lead = dt.timedelta(milliseconds=loop.lead_ms() + 2)  # as the job was held
