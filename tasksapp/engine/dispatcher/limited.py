@@ -64,12 +64,13 @@ class LimitedClaimer:
 
     # -- the loop's side ----------------------------------------------------------------
     def offer(self, jobs: list[tuple[int, Route]]) -> None:
-        """Due jobs of limited queues: claim them as their limits allow."""
+        """Due jobs of limited queues: claim them as their limits allow. Jobs it holds
+        already are not news: their next look stays planned (a rate limit's next start)."""
         with self.lock:
-            for job_id, route in jobs:
-                self.ready.add(job_id, route)
+            news = [self.ready.add(job_id, route) for job_id, route in jobs]
         self._ensure_started()
-        self.nudge()
+        if any(news):
+            self.nudge()
 
     def nudge(self) -> None:
         """Look at the jobs held at once (new jobs, changed rules)."""

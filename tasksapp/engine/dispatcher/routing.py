@@ -60,13 +60,17 @@ class ReadyJobs:
         buckets = self._queues.get(queue, ())
         return sum(len(buckets[level]) for level in range(min_priority, len(buckets)))
 
-    def add(self, job_id: int, route: Route) -> None:
+    def add(self, job_id: int, route: Route) -> bool:
+        """Hold the job (again); whether that is news: a job not held, or held with
+        another queue or priority."""
+        news = self._route.get(job_id) != (route.queue, route.priority)
         self.remove(job_id)
         buckets = self._queues.get(route.queue)
         if buckets is None:
             buckets = self._queues[route.queue] = [{} for _ in range(MAX_PRIORITY + 1)]
         buckets[route.priority][job_id] = route.run_at_ms
         self._route[job_id] = (route.queue, route.priority)
+        return news
 
     def remove(self, job_id: int) -> None:
         where = self._route.pop(job_id, None)

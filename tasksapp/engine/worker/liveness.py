@@ -44,6 +44,13 @@ def liveness_lock_possible(settings: TempoSettings) -> bool:
     return on_postgres and (not settings.db_pooler or bool(settings.session_database_url))
 
 
+def _connect() -> psycopg.Connection:
+    """A session of its own for the lock: direct, past any transaction pooler."""
+    return psycopg.connect(
+        **session_connection_params(), autocommit=True, application_name="tempo-worker"
+    )
+
+
 class LivenessLock:
     """The session holding this worker process's liveness lock (see the module)."""
 
@@ -83,9 +90,7 @@ class LivenessLock:
 
     def _take(self, queues: list[str]) -> bool:
         try:
-            self._conn = psycopg.connect(
-                **session_connection_params(), autocommit=True, application_name="tempo-worker"
-            )
+            self._conn = _connect()
             params = {"worker_class": sql.WORKER_LOCK_CLASS, "name": self.name}
             got, key = self._conn.execute(sql.TAKE_WORKER_LOCK, params).fetchone()
         except psycopg.Error as exc:

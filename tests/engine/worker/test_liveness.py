@@ -105,13 +105,13 @@ def test_threads_asking_at_once_share_one_session_and_the_lock_stays_held(monkey
     from tasksapp.engine.worker import liveness
 
     opened = []
-    connect = liveness.psycopg.connect
+    connect = liveness._connect
 
-    def counting_connect(*args, **kwargs):
+    def counting_connect():
         opened.append(1)
-        return connect(*args, **kwargs)
+        return connect()
 
-    monkeypatch.setattr(liveness.psycopg, "connect", counting_connect)
+    monkeypatch.setattr(liveness, "_connect", counting_connect)
     lock = LivenessLock("host:501")
     barrier = threading.Barrier(8)
 
