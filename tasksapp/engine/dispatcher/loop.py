@@ -527,12 +527,13 @@ class DispatcherLoop:
                 self.source.rewind()  # no NOTIFY announces their next run: poll for it now
         self.next_reap = None if next_expiry_ms is None else next_expiry_ms + 200
 
-    def _worker_check_due(self) -> bool:
+    def _watching_workers(self) -> bool:
         """While jobs are leased in its partitions (the reaper has a next look), never
         when idle: an idle dispatcher sends no statement."""
-        if not self.worker_checks or self.next_reap is None:
-            return False
-        return self.now_ms() >= self.next_worker_check
+        return self.worker_checks and self.next_reap is not None
+
+    def _worker_check_due(self) -> bool:
+        return self._watching_workers() and self.now_ms() >= self.next_worker_check
 
     def _check_workers(self) -> None:
         """Workers that died (their liveness lock is gone): their running jobs' leases end
@@ -631,7 +632,7 @@ class DispatcherLoop:
     def _wait(self) -> None:
         assert self.coordinator is not None
         deadlines = [self.next_coordination, self.next_heartbeat, self.source.next_deadline()]
-        if self.worker_checks and self.next_reap is not None:
+        if self._watching_workers():
             deadlines.append(self.next_worker_check)
         if self.next_reap is not None:
             deadlines.append(self.next_reap)

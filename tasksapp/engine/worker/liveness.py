@@ -25,11 +25,11 @@ import threading
 import time
 
 import psycopg
-from django.db import connection
 
 from tasksapp.engine import sql
 from tasksapp.engine.models import WorkerProcess
 from tasksapp.engine.settings import TempoSettings
+from tasksapp.engine.store import job_store
 from tasksapp.engine.store.pg_session import session_connection_params
 
 log = logging.getLogger(__name__)
@@ -40,8 +40,7 @@ RETRY_SECONDS = 2.0  # after a failed take, the next try waits this long (not ev
 def liveness_lock_possible(settings: TempoSettings) -> bool:
     """On PostgreSQL, with a direct session: behind a transaction pooler without
     TEMPO_SESSION_DATABASE_URL the lock would stay with a pooled server connection."""
-    on_postgres = connection.vendor == "postgresql"
-    return on_postgres and (not settings.db_pooler or bool(settings.session_database_url))
+    return job_store().notifies and (not settings.db_pooler or bool(settings.session_database_url))
 
 
 def _connect() -> psycopg.Connection:
