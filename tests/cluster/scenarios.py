@@ -58,16 +58,35 @@ def start_everywhere(rig: Rig, conn) -> None:
     for host in rig.hosts:
         rig.dispatcher(host.name)
         rig.worker(host.name, concurrency=12)  # room beside the blocked handlers
-    wait_for(
-        lambda: partitions_by_session(conn) == [5, 5, 6],
-        timeout=60,
-        message="16 partitions shared by three hosts",
-    )
+    try:
+        wait_for(
+            lambda: partitions_by_session(conn) == [5, 5, 6],
+            timeout=60,
+            message="16 partitions shared by three hosts",
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{start_report(rig, conn)}") from None
     wait_for(
         lambda: conn.execute("SELECT count(*) FROM tasksapp_workerprocess").fetchone()[0] >= 3,
         timeout=60,
         message="three workers ready",
     )
+
+
+def start_report(rig: Rig, conn, lines: int = 15) -> str:
+    """What a start that did not settle looked like: partitions per session and per host,
+    which processes still run, and the end of each dispatcher's log."""
+    report = [
+        f"partitions by session: {partitions_by_session(conn)}",
+        f"partitions by host: {partitions_by_host(conn, rig)}",
+    ]
+    for host in rig.hosts:
+        cluster = rig.clusters[host.name]
+        for name, process in cluster.processes.items():
+            report.append(f"{name}: {'running' if process.poll() is None else process.returncode}")
+        tail = cluster.log(f"d-{host.name}").splitlines()[-lines:]
+        report += [f"  d-{host.name}| {line}" for line in tail]
+    return "\n".join(report)
 
 
 def create_tables(conn) -> None:
