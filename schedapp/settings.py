@@ -338,7 +338,7 @@ TEMPO = {
     "RUN_LEASE_SECONDS": env.float("TEMPO_RUN_LEASE_SECONDS", default=6.0),
     # How often dispatchers look for worker processes that died (their liveness lock is
     # gone) and end their running jobs' leases at once; 0: leases alone.
-    "WORKER_CHECK_SECONDS": env.float("TEMPO_WORKER_CHECK_SECONDS", default=1.0),
+    "WORKER_CHECK_SECONDS": env.float("TEMPO_WORKER_CHECK_SECONDS", default=0.25),
     # Time limit of an attempt whose job sets none (seconds from the handler's begin). At
     # the limit the lease is no longer renewed and the attempt fails; in a prefork worker
     # the child process running the handler is ended (docs/ARCHITECTURE.md, workers).

@@ -3,9 +3,9 @@
 Each worker process holds an advisory lock on its own name, on a session of its own (a
 direct connection, past any transaction pooler). PostgreSQL frees the lock the moment
 that session ends, so the moment the process dies: SIGKILL, OOM kill, a crash. The
-dispatchers look for workers whose lock is gone about once a second
+dispatchers look for workers whose lock is gone four times a second
 (`TEMPO_WORKER_CHECK_SECONDS`) and end the leases of their running jobs at once, so
-those run again (or become `lost`) within a second or two of the death, instead of when
+those run again (or become `lost`) within a few hundred ms of the death, instead of when
 the run lease (`TEMPO_RUN_LEASE_SECONDS`) would have run out.
 
 A worker that is alive but stalled (SIGSTOP, a paused VM) keeps its session and lock:
