@@ -76,11 +76,17 @@ NOT_FOUND = "404"  # the reply code of a passive declare of a queue that does no
 class CeleryPublisher:
     """Sends claimed batches to the workers' queue and reports its backlog."""
 
-    def __init__(self, *, queue: str) -> None:
-        from schedapp.celery import app
-
+    def __init__(self, *, queue: str, app=None) -> None:
+        if app is None:
+            from schedapp.celery import app
         self.app = app
         self.queue = queue
+        # What "unreachable" looks like: kombu's own errors and its transport's connection
+        # errors (redis-py's ConnectionError is not an OSError; uncaught, it would end the
+        # dispatcher, and in `backlog` it would pass for a hiccup: reachable).
+        connection = app.connection_for_write()
+        self.errors = (*BROKER_ERRORS, *connection.connection_errors)
+        self._refusals = connection.channel_errors  # e.g. Redis at maxmemory: OOM
 
     def __call__(self, batches: list[list[list[int]]], queue: str | None = None) -> None:
         """Publish to `queue` (a Celery queue; by default the default Tempo queue's)."""
@@ -90,17 +96,20 @@ class CeleryPublisher:
 
         # Straight to the queue (anonymous exchange): no exchange binding in the broker is
         # needed, so a broker that lost its keys (FLUSHALL, restart) still gets messages.
-        with self.app.producer_or_acquire() as producer:
-            for batch in batches:
-                message = self.app.amqp.create_task_message(uuid(), RUN_JOBS, [batch], {})
-                producer.publish(
-                    message.body,
-                    exchange="",
-                    routing_key=queue or self.queue,
-                    serializer="json",
-                    headers=message.headers,
-                    **message.properties,
-                )
+        try:
+            with self.app.producer_or_acquire() as producer:
+                for batch in batches:
+                    message = self.app.amqp.create_task_message(uuid(), RUN_JOBS, [batch], {})
+                    producer.publish(
+                        message.body,
+                        exchange="",
+                        routing_key=queue or self.queue,
+                        serializer="json",
+                        headers=message.headers,
+                        **message.properties,
+                    )
+        except self._refusals as exc:  # reached, but the message was not taken
+            raise KombuOperationalError(f"the broker refused the message: {exc}") from exc
 
     def warm_up(self) -> None:
         from tasksapp.engine.worker.tasks import RUN_JOBS  # noqa: F401  (imported once, here)
@@ -113,14 +122,14 @@ class CeleryPublisher:
 
     def backlog(self, queue: str | None = None) -> int | None:
         """Messages waiting in `queue` (a Celery queue; by default the default Tempo
-        queue's), or None if the broker cannot tell; raises one of BROKER_ERRORS if it
+        queue's), or None if the broker cannot tell; raises one of `errors` if it
         cannot be reached."""
         try:
             with self.app.pool.acquire(block=True) as conn:
                 conn.ensure_connection(max_retries=0)  # one attempt: not kombu's retries
                 declared = conn.default_channel.queue_declare(queue or self.queue, passive=True)
                 return declared.message_count
-        except BROKER_ERRORS:
+        except self.errors:
             raise
         except Exception as exc:
             # Redis removes an empty list, and the passive declare of a queue without a
@@ -153,6 +162,7 @@ class DispatcherLoop:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.partitions = self.settings.partitions
         self.publisher = publisher or CeleryPublisher(queue=self.settings.queue)
+        self.broker_errors = getattr(self.publisher, "errors", BROKER_ERRORS)
         # On PostgreSQL partitions are shared through advisory locks; work and peers are
         # announced by NOTIFY unless the dispatchers poll only (TEMPO_DISPATCH_NOTIFY).
         self.on_postgres = job_store().notifies
@@ -450,7 +460,7 @@ class DispatcherLoop:
                 self.publisher(batches)
             else:
                 self.publisher(batches, self.settings.celery_queue(queue))
-        except BROKER_ERRORS as exc:  # claimed, not sent: they expire, the reaper returns them
+        except self.broker_errors as exc:  # claimed, not sent: they expire, the reaper returns them
             self._broker_unreachable(exc)
             return False
         self.counters.update(messages=len(batches))
@@ -490,7 +500,7 @@ class DispatcherLoop:
         try:
             if backlog_of:
                 backlog_of()
-        except BROKER_ERRORS:
+        except self.broker_errors:
             return
         log.info("dispatcher %s: broker reachable again, rejoining", self.name)
         self.stepped_out = False
@@ -509,7 +519,7 @@ class DispatcherLoop:
                 backlog = backlog_of()
             else:
                 backlog = backlog_of(self.settings.celery_queue(queue))
-        except BROKER_ERRORS as exc:
+        except self.broker_errors as exc:
             self._broker_unreachable(exc)
             return 0
         if backlog is None:
