@@ -2,12 +2,13 @@
 versions every at-least-once job costs (claimed, running, succeeded), with the engine's
 own statements in the engine's batches, and no dispatcher, broker or worker in the way.
 
-    python -m bench.burst.floor [--size 10000] [--dispatchers 2] [--batch 250] [--rounds 3]
+    python -m bench.burst.floor [--size 10000] [--connections 1 2] [--batch 250] [--rounds 3]
 
-Each round: N no-op jobs due now in a fresh table state; the claim (one statement per
-dispatcher, as a burst is claimed), then the start and the success (one statement per
-message of `--batch` jobs, as workers send them), one after the other on one
-connection. The jobs/s it prints bound `bench.burst` from above: there, the same
+Each round: N no-op jobs due now in a fresh table state, split between `--connections`
+sessions running side by side (as two dispatchers and their workers would); each claims
+its share in one statement, then starts and finishes it in statements of `--batch` jobs
+(one per message, as workers send them). Its starts/s (claim to last start, as `bench.burst`
+counts) and jobs/s (to the last finish) bound `bench.burst` from above: there, the same
 statements share the same cores with the dispatchers, the broker and the workers.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from bench.burst.__main__ import INSERT, NOOP
 from bench.common import BenchDatabase, django_on, table, write_json
@@ -26,7 +28,7 @@ TTL_S = 10
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=10_000)
-    parser.add_argument("--dispatchers", type=int, default=2, help="claim statements")
+    parser.add_argument("--connections", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--batch", type=int, default=250, help="jobs per start/finish")
     parser.add_argument("--rounds", type=int, default=3)
     return parser.parse_args()
@@ -36,54 +38,70 @@ def chunks(items: list, size: int) -> list[list]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def one_round(conn, args: argparse.Namespace) -> dict:
+def one_share(conn, ids: list[int], batch: int) -> dict[str, float]:
+    """Claim, start and finish these jobs as the engine does; seconds per phase."""
     from tasksapp.engine.store import postgres_sql as q
 
-    conn.execute("DELETE FROM tasksapp_job")
-    conn.execute(
-        INSERT, {"handler": NOOP, "at": time.time(), "n": args.size, "delivery": "at_least_once"}
-    )
-    conn.execute("VACUUM ANALYZE tasksapp_job")
-    ids = [row[0] for row in conn.execute("SELECT id FROM tasksapp_job ORDER BY id")]
     began = time.perf_counter()
-    claims = []
-    for share in chunks(ids, -(-len(ids) // args.dispatchers)):
-        claims += conn.execute(
-            q.CLAIM_DUE, {"owner": "floor", "ttl": TTL_S, "ids": share, "lead": LEAD_S}
-        ).fetchall()
+    claims = conn.execute(
+        q.CLAIM_DUE, {"owner": "floor", "ttl": TTL_S, "ids": ids, "lead": LEAD_S}
+    ).fetchall()
     claimed = time.perf_counter()
-    for batch in chunks(claims, args.batch):
+    for part in chunks(claims, batch):
         conn.execute(
             q.START_CLAIMED,
             {
                 "worker": "floor",
                 "ttl": TTL_S,
                 "lead": LEAD_S,
-                "ids": [c[0] for c in batch],
-                "tokens": [c[1] for c in batch],
+                "ids": [c[0] for c in part],
+                "tokens": [c[1] for c in part],
             },
         ).fetchall()
     started = time.perf_counter()
     now_ms = time.time() * 1000
-    for batch in chunks(claims, args.batch):
+    for part in chunks(claims, batch):
         conn.execute(
             q.SUCCEED_RUNNING,
             {
-                "ids": [c[0] for c in batch],
-                "tokens": [c[1] for c in batch],
-                "results": ["null"] * len(batch),
-                "began_ms": [now_ms] * len(batch),
+                "ids": [c[0] for c in part],
+                "tokens": [c[1] for c in part],
+                "results": ["null"] * len(part),
+                "began_ms": [now_ms] * len(part),
             },
         ).fetchall()
     finished = time.perf_counter()
-    done = conn.execute("SELECT count(*) FROM tasksapp_job WHERE state = 'succeeded'").fetchone()[0]
+    return {"claim": claimed - began, "start": started - claimed, "finish": finished - started}
+
+
+def one_round(db: BenchDatabase, args: argparse.Namespace, connections: int) -> dict:
+    with db.connect() as conn:
+        conn.execute("DELETE FROM tasksapp_job")
+        conn.execute(
+            INSERT,
+            {"handler": NOOP, "at": time.time(), "n": args.size, "delivery": "at_least_once"},
+        )
+        conn.execute("VACUUM ANALYZE tasksapp_job")
+        ids = [row[0] for row in conn.execute("SELECT id FROM tasksapp_job ORDER BY id")]
+    sessions = [db.connect() for _ in range(connections)]
+    shares = [ids[i::connections] for i in range(connections)]
+    began = time.perf_counter()
+    with ThreadPoolExecutor(connections) as pool:
+        phases = list(pool.map(lambda c, s: one_share(c, s, args.batch), sessions, shares))
+    total = time.perf_counter() - began
+    for session in sessions:
+        session.close()
+    with db.connect() as conn:
+        done = conn.execute(
+            "SELECT count(*) FROM tasksapp_job WHERE state = 'succeeded'"
+        ).fetchone()[0]
     assert done == args.size, f"{done} of {args.size} succeeded"
-    total = finished - began
     return {
+        "connections": connections,
         "jobs": args.size,
-        "claim_s": round(claimed - began, 3),
-        "start_s": round(started - claimed, 3),
-        "finish_s": round(finished - started, 3),
+        **{f"{name}_s": round(max(p[name] for p in phases), 3) for name in phases[0]},
+        # What bench.burst reports: from the claim to the last start (finishes excluded).
+        "starts_per_s": round(args.size / max(p["claim"] + p["start"] for p in phases)),
         "total_s": round(total, 3),
         "jobs_per_s": round(args.size / total),
     }
@@ -93,8 +111,11 @@ def main() -> None:
     args = parse()
     with BenchDatabase("tempo_bench_floor") as db:
         django_on(db.url)
-        with db.connect() as conn:
-            rows = [one_round(conn, args) for _ in range(args.rounds)]
+        rows = [
+            one_round(db, args, connections)
+            for _ in range(args.rounds)
+            for connections in args.connections  # alternating, in one run
+        ]
     print(table(rows, list(rows[0])))
     path = write_json("burst_floor", {"args": vars(args), "rounds": rows})
     print(f"wrote {path}")
