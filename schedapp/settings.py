@@ -265,6 +265,7 @@ LOGGING = {
 # --- Celery -------------------------------------------------------------------------
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
 if CELERY_BROKER_URL == "filesystem://":
+    CELERY_BROKER_TRANSPORT = "schedapp.broker:Transport"  # messages appear whole
     _broker_dir = DATA_DIR / "broker"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir),
