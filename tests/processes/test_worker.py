@@ -40,8 +40,12 @@ def test_a_handler_that_exits_fails_its_attempt_and_the_worker_goes_on(cluster, 
     insert_jobs(sql, count=1, start=1, spread=0.1, handler="tests.handlers.recording.exit_now")
     insert_jobs(sql, count=3, start=2, spread=0.3, handler="tests.handlers.recording.record")
     wait_for(lambda: outcome(sql).get("succeeded") == 3, timeout=30, message="later jobs succeeded")
-    state, error = sql.execute(
-        "SELECT state, last_error FROM tasksapp_job WHERE handler LIKE '%exit_now'"
+    # Each attempt fails and the next is due 0.5-2 s later: wait for the last one (a look
+    # in between may find a retry running).
+    wait_for(lambda: outcome(sql).get("dead") == 1, timeout=30, message="exiting job dead")
+    attempts, errors = sql.execute(
+        "SELECT attempts, errors FROM tasksapp_job WHERE handler LIKE '%exit_now'"
     ).fetchone()
-    assert state in ("failed", "dead") and error.startswith("SystemExit: 3")
+    assert attempts == 5
+    assert [e["error"].split("\n")[0] for e in errors] == ["SystemExit: 3"] * 5
     assert cluster.processes["w1"].poll() is None  # the worker process is still serving
