@@ -10,7 +10,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 import tests.handlers.recording  # noqa: F401  (registers the test handlers here)
-from tests.processes.support import purge_queue
+from tests.processes.support import PrivateRedis, purge_queue
 
 # Properties are checked against real databases on a shared machine: a slow example is
 # not a failure (hypothesis' default 200 ms deadline made them flaky).
@@ -159,3 +159,12 @@ def pytest_collection_modifyitems(config, items):
             group = "processes"
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture
+def private_redis():
+    """A Redis server of the test's own, on its own port: it may be stopped, restarted
+    and flushed."""
+    server = PrivateRedis().start()
+    yield server
+    server.stop()

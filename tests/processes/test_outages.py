@@ -21,7 +21,6 @@ from tests.processes.support import (
     EFFECTS_TABLE,
     Cluster,
     PrivatePostgres,
-    PrivateRedis,
     effect_counts,
     insert_jobs,
     migrate,
@@ -32,13 +31,6 @@ from tests.processes.support import (
 pytestmark = pytest.mark.processes
 
 RECORD = "tests.handlers.recording.record"
-
-
-@pytest.fixture
-def private_redis():
-    server = PrivateRedis().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import redis
 
 from tests.processes.support import (
     Cluster,
-    PrivateRedis,
     effect_counts,
     insert_jobs,
     outcome,
@@ -19,13 +18,6 @@ from tests.processes.support import (
 pytestmark = pytest.mark.processes
 
 POLL_INTERVAL = 10.0  # the bound on lateness this test asserts
-
-
-@pytest.fixture
-def private_redis():
-    server = PrivateRedis().start()
-    yield server
-    server.stop()
 
 
 def redis_settings(index_url: str) -> dict[str, str]:
