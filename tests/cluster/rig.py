@@ -11,7 +11,6 @@ iptables inside the namespaces.
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import subprocess
 import uuid
@@ -21,6 +20,7 @@ from pathlib import Path
 import psycopg
 
 from tests.cluster.delay_proxy import DelayProxy
+from tests.netns_addresses import choosing_addresses, free_prefix
 from tests.processes.support import Cluster, PrivatePostgres, PrivateRedis, migrate
 
 
@@ -107,20 +107,9 @@ class Rig:
     def __init__(
         self, *, hosts: int, logs: Path, round_trip_ms: float = 0.0, **settings: str
     ) -> None:
-        tag = uuid.uuid4().hex[:5]
-        net = random.randint(16, 31)  # 172.16/12: no clash with the test's other namespaces
-        self.network = f"172.{net}.0.0/16"
-        self.hosts = [
-            Host(
-                name=f"h{i}",
-                ns=f"tempo-{tag}-h{i}",
-                host_if=f"tr{tag}h{i}",
-                ns_if=f"tn{tag}h{i}",
-                gateway=f"172.{net}.{i}.1",
-                address=f"172.{net}.{i}.2",
-            )
-            for i in range(1, hosts + 1)
-        ]
+        self.host_count = hosts
+        self.network = ""  # 172.N.0.0/16, chosen at start among those free then
+        self.hosts: list[Host] = []
         self.logs = logs
         # Latency between the hosts and the servers: a delaying proxy on each host's link
         # (this kernel may lack `tc netem`), half the round trip each way.
@@ -131,10 +120,30 @@ class Rig:
         self.redis: PrivateRedis | None = None
         self.clusters: dict[str, Cluster] = {}
 
-    def start(self) -> Rig:
-        try:
+    def _make_hosts(self) -> None:
+        """Choose a free 172.16/12 network (no clash with a rig of a suite running beside,
+        nor with the other tests' namespaces) and make the hosts' links in it."""
+        tag = uuid.uuid4().hex[:5]
+        with choosing_addresses():
+            prefix = free_prefix([f"172.{net}." for net in range(16, 32)])
+            self.network = f"{prefix}0.0/16"
+            self.hosts = [
+                Host(
+                    name=f"h{i}",
+                    ns=f"tempo-{tag}-h{i}",
+                    host_if=f"tr{tag}h{i}",
+                    ns_if=f"tn{tag}h{i}",
+                    gateway=f"{prefix}{i}.1",
+                    address=f"{prefix}{i}.2",
+                )
+                for i in range(1, self.host_count + 1)
+            ]
             for host in self.hosts:
                 host.create()
+
+    def start(self) -> Rig:
+        try:
+            self._make_hosts()
             gateways = [host.gateway for host in self.hosts]
             self.postgres = PrivatePostgres(
                 listen_addresses=",".join(["127.0.0.1", *gateways]),

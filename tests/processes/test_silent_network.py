@@ -21,6 +21,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.netns_addresses import choosing_addresses, free_prefix
 from tests.processes.support import ROOT, PrivatePostgres, wait_for
 
 pytestmark = pytest.mark.processes
@@ -76,14 +77,16 @@ class SilentHost:
         tag = uuid.uuid4().hex[:6]
         self.ns = f"tempo-{tag}"
         self.host_if, self.ns_if = f"tvh{tag}", f"tvn{tag}"
-        octet = int(tag[:2], 16)
-        self.host_ip, self.ns_ip = f"10.213.{octet}.1", f"10.213.{octet}.2"
+        self.host_ip = self.ns_ip = ""  # on a /30 of 10.213/16 free when entered
 
     def __enter__(self) -> SilentHost:
-        _ip("netns", "add", self.ns)
-        _ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
-        _ip("link", "set", self.ns_if, "netns", self.ns)
-        _ip("addr", "add", f"{self.host_ip}/30", "dev", self.host_if)
+        with choosing_addresses():
+            prefix = free_prefix([f"10.213.{octet}." for octet in range(256)])
+            self.host_ip, self.ns_ip = f"{prefix}1", f"{prefix}2"
+            _ip("netns", "add", self.ns)
+            _ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
+            _ip("link", "set", self.ns_if, "netns", self.ns)
+            _ip("addr", "add", f"{self.host_ip}/30", "dev", self.host_if)
         _ip("link", "set", self.host_if, "up")
         _ip("-n", self.ns, "addr", "add", f"{self.ns_ip}/30", "dev", self.ns_if)
         _ip("-n", self.ns, "link", "set", self.ns_if, "up")

@@ -4,7 +4,12 @@ The session holds a per-instance advisory lock (liveness) and one advisory lock 
 owned partition; Postgres releases all of them the moment the process dies. The same
 session LISTENs for the job notifications sent by the insert/update trigger — unless the
 dispatchers poll only (TEMPO_DISPATCH_NOTIFY=false): then nothing LISTENs, peers coming
-and going are seen at the next coordination round, and a dead peer at once by the watcher.
+and going are seen at the next coordination round, and a dead peer at once by the watcher,
+whose instance adopts every orphaned partition until the others take their share.
+
+No partition goes unserved while it changes hands: one released above this instance's
+share is still served (polled, claimed: claims are fenced, so two claimers never both
+win) until a peer is seen holding it.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ log = logging.getLogger(__name__)
 
 
 REBALANCE = "rebalance"  # a NOTIFY payload: rebalance partitions now
+# Polling only, from the peer watcher: the watched peer ended; take its partitions now.
+PEER_GONE = "peer-gone"
 
 
 def next_peer(peers: list[int], me: int) -> int | None:
@@ -118,8 +125,8 @@ def partition_targets(partitions: int, live_pids: list[int], my_pid: int) -> int
 
 @dataclass
 class Rebalance:
-    gained: list[int] = field(default_factory=list)
-    released: list[int] = field(default_factory=list)
+    gained: list[int] = field(default_factory=list)  # served from now on
+    released: list[int] = field(default_factory=list)  # no longer served: a peer has them
     repartitioned: int | None = None  # the partition count changed to this: start over
 
 
@@ -140,7 +147,8 @@ class PostgresCoordinator:
         self.partitions = partitions  # in use: the largest count announced
         self.instance_id = instance_id
         self.stall_seconds = STALL_ROUNDS * coordination_seconds
-        self.owned: set[int] = set()
+        self.owned: set[int] = set()  # locked by this session
+        self.handing_over: set[int] = set()  # released, served until a peer locks them
         self.clock = ClockOffset()
         self._conn: psycopg.Connection | None = None
         self._pid = 0
@@ -164,7 +172,7 @@ class PostgresCoordinator:
             {"count_class": sql.PARTITION_COUNT_CLASS, "count": self.configured_partitions},
         )
         self._pid = self._conn.info.backend_pid
-        self.owned = set()
+        self.owned, self.handing_over = set(), set()
         self.clock.reset()
         self._watcher = PeerWatcher(params, self.instance_id % 2**31, listen=self.listen)
         self._watcher.start()
@@ -177,7 +185,7 @@ class PostgresCoordinator:
                 self._conn.close()  # releases every advisory lock at once: first
         finally:
             self._conn = None
-            self.owned = set()
+            self.owned, self.handing_over = set(), set()
             if self._watcher is not None:
                 self._watcher.stop()
                 self._watcher = None
@@ -186,10 +194,15 @@ class PostgresCoordinator:
     def connected(self) -> bool:
         return self._conn is not None and not self._conn.closed
 
+    @property
+    def served(self) -> set[int]:
+        """The partitions whose jobs this instance claims now."""
+        return self.owned | self.handing_over
+
     # -- partitions -------------------------------------------------------------------
-    def rebalance(self) -> Rebalance:
-        """One round: measure the clock, then take free partitions up to our share or
-        release the ones above it."""
+    def rebalance(self, *, adopt_orphans: bool = False) -> Rebalance:
+        """One round: measure the clock, then take free partitions up to our share (all
+        of them when adopting a dead peer's orphans) or release the ones above it."""
         assert self._conn is not None
         before = time.time() * 1000
         row = self._conn.execute(
@@ -215,34 +228,45 @@ class PostgresCoordinator:
             target,
             sorted(self.owned),
         )
-        change = Rebalance()
+        held = set(held or [])
+        change = Rebalance(released=sorted(self.handing_over & held))  # handed over now
+        self.handing_over -= held
         if len(self.owned) > target:
-            change.released = sorted(self.owned)[target:]
-            self._conn.execute(
-                sql.UNLOCK_PARTITIONS,
-                {"partition_class": sql.PARTITION_LOCK_CLASS, "partitions": change.released},
-            )
-            self.owned -= set(change.released)
-        elif len(self.owned) < target:
-            free = [p for p in range(self.partitions) if p not in set(held or [])]
+            self._release(sorted(self.owned)[target:])
+        elif len(self.owned) < target or adopt_orphans:
+            free = [p for p in range(self.partitions) if p not in held]
             # Peers read the same free list at the same moment: start at our own place in
             # it, and go on past the ones a peer won (each miss would cost a round).
             pids = sorted(set(live_pids or []) | {self._pid})
             start = len(free) * pids.index(self._pid) // len(pids)
-            change.gained = self.take(free[start:] + free[:start], target - len(self.owned))
+            wanted = len(free) if adopt_orphans else target - len(self.owned)
+            taken = self.take(free[start:] + free[:start], wanted)
+            change.gained = [p for p in taken if p not in self.handing_over]
+            self.handing_over -= set(taken)  # ours again: served all along
         return change
+
+    def _release(self, partitions: list[int]) -> None:
+        """Unlock partitions above our share for a peer to take, and serve them until one
+        does (the round that sees it reports them released): no gap between owners."""
+        assert self._conn is not None
+        self._conn.execute(
+            sql.UNLOCK_PARTITIONS,
+            {"partition_class": sql.PARTITION_LOCK_CLASS, "partitions": partitions},
+        )
+        self.owned -= set(partitions)
+        self.handing_over |= set(partitions)
 
     def _repartition(self, count: int) -> Rebalance:
         """The partition count in use changed: release every partition of the old count
         (a partition number means other jobs now); the next round takes new ones."""
         assert self._conn is not None
-        released = sorted(self.owned)
+        released = sorted(self.served)
         self._conn.execute(
             sql.UNLOCK_PARTITIONS,
             {"partition_class": sql.PARTITION_LOCK_CLASS, "partitions": released},
         )
         log.info("partition count %s -> %s: released %s", self.partitions, count, released)
-        self.owned = set()
+        self.owned, self.handing_over = set(), set()
         self.partitions = count
         return Rebalance(released=released, repartitioned=count)
 
@@ -295,6 +319,8 @@ class PostgresCoordinator:
         return payloads
 
     def _wait_for_peer_gone(self, timeout: float) -> list[str]:
+        """Polling only: wake when the watched peer ends (`peer-gone`), so that this
+        instance adopts its partitions before the others' next rounds."""
         watcher = self._watcher
         if watcher is None:
             time.sleep(max(timeout, 0.0))
@@ -302,7 +328,7 @@ class PostgresCoordinator:
         if not watcher.peer_gone.wait(max(timeout, 0.0)):
             return []
         watcher.peer_gone.clear()
-        return [REBALANCE]
+        return [PEER_GONE]
 
 
 class LocalCoordinator:
@@ -312,6 +338,7 @@ class LocalCoordinator:
     def __init__(self, *, partitions: int, instance_id: int) -> None:
         self.partitions = partitions
         self.owned: set[int] = set()
+        self.handing_over: set[int] = set()  # never: there is no peer
         self.clock = ClockOffset()  # SQLite: the clock is ours
         self.connected = False
 
@@ -323,7 +350,11 @@ class LocalCoordinator:
         self.connected = False
         self.owned = set()
 
-    def rebalance(self) -> Rebalance:
+    @property
+    def served(self) -> set[int]:
+        return self.owned
+
+    def rebalance(self, *, adopt_orphans: bool = False) -> Rebalance:
         if self.owned:
             return Rebalance()
         self.owned = set(range(self.partitions))

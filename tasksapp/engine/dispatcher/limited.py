@@ -57,6 +57,7 @@ class LimitedClaimer:
         self.lock = threading.Lock()
         self.ready = ReadyJobs(aging_ms=aging_ms)
         self.retry_at: float | None = None  # when jobs held back are looked at again
+        self._nudged = False
         self.counters: Counter[str] = Counter()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -76,6 +77,7 @@ class LimitedClaimer:
         """Look at the jobs held at once (new jobs, changed rules)."""
         with self.lock:
             self.retry_at = None
+            self._nudged = True  # also if it comes while the thread claims
         self._wake.set()
 
     def remove(self, job_id: int) -> None:
@@ -151,35 +153,45 @@ class LimitedClaimer:
 
     def step(self) -> None:
         """Claim what each limited queue has room for, best queue first; plan when to look
-        again at what its limits held back."""
+        again at what its limits held back: the earliest look a claim asks for, else after
+        IDLE_WAIT_SECONDS (jobs held by a pause or by degraded mode). A nudge that came
+        while claiming means: look again at once."""
         with self.lock:
             now = self.now_ms()
             if self.retry_at is not None and now < self.retry_at:
                 return
-            self.retry_at = now + IDLE_WAIT_SECONDS * 1000  # unless a claim plans sooner
+            self._nudged = False
             queues = self.ready.queues()
         rules, floor = self.rules(), self.min_priority()
-        for queue in queues:
-            if not rules.paused(queue):  # a paused queue waits for the NOTIFY of its resume
-                self._claim_queue(queue, candidates=rules.candidates(queue), floor=floor)
+        plans = [
+            self._claim_queue(queue, candidates=rules.candidates(queue), floor=floor)
+            for queue in queues
+            if not rules.paused(queue)  # a paused queue waits for the NOTIFY of its resume
+        ]
+        planned = [at for at in plans if at is not None]
+        with self.lock:
+            if self._nudged:
+                self.retry_at = None
+            else:
+                self.retry_at = min(planned) if planned else now + IDLE_WAIT_SECONDS * 1000
 
-    def _claim_queue(self, queue: str, *, candidates: int, floor: int) -> None:
+    def _claim_queue(self, queue: str, *, candidates: int, floor: int) -> float | None:
+        """Claim the queue's first jobs; return when to look at it again (database ms), or
+        None: nothing of it is due for a claim."""
         now = self.now_ms()
         with self.lock:
             due = self.ready.first(queue, candidates, now_ms=now, min_priority=floor)
         if not due:
-            return
+            return None
         outcome = self.claim(due, queue)
         held = set(outcome.held)
         with self.lock:
             for job_id in due:
                 if job_id not in held:
                     self.ready.remove(job_id)
-            if held:
+            if held:  # a rate limit's next start, or soon: a slot frees when a job ends
                 pause = LIMITED_FULL_RETRY_MS if len(held) == len(due) else LIMITED_RETRY_MS
-                self._retry_at(outcome.retry_at_ms or now + pause)
-            elif self.ready.count(queue, min_priority=floor):
-                self._retry_at(now)  # more than one claim's candidates: again at once
-
-    def _retry_at(self, at_ms: float) -> None:
-        self.retry_at = at_ms if self.retry_at is None else min(self.retry_at, at_ms)
+                return outcome.retry_at_ms or now + pause
+            if self.ready.count(queue, min_priority=floor):
+                return now  # more than one claim's candidates: again at once
+        return None

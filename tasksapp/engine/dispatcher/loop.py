@@ -26,7 +26,12 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from tasksapp.engine import sql
-from tasksapp.engine.dispatcher.coordination import REBALANCE, LocalCoordinator, PostgresCoordinator
+from tasksapp.engine.dispatcher.coordination import (
+    PEER_GONE,
+    REBALANCE,
+    LocalCoordinator,
+    PostgresCoordinator,
+)
 from tasksapp.engine.dispatcher.limited import LimitedClaimer
 from tasksapp.engine.dispatcher.routing import Route, RoutingRules, routing_rules_read
 from tasksapp.engine.dispatcher.sources.base import (
@@ -194,6 +199,7 @@ class DispatcherLoop:
         )
         self.source = self._due_source()
         self.stepped_out = False  # out of the ring until the broker answers again
+        self.adopt_orphans = False  # polling only: the watched peer died; take its share
         self._reset_schedule()
 
     def _due_source(self) -> DueSource:
@@ -365,7 +371,8 @@ class DispatcherLoop:
 
     def _coordinate(self) -> None:
         assert self.coordinator is not None
-        change = self.coordinator.rebalance()
+        change = self.coordinator.rebalance(adopt_orphans=self.adopt_orphans)
+        self.adopt_orphans = False
         if change.repartitioned is not None:
             self._repartition(change.repartitioned)
             return
@@ -564,7 +571,9 @@ class DispatcherLoop:
     def _heartbeat(self) -> None:
         offset = self.coordinator.clock.offset_ms if self.coordinator else 0.0
         Dispatcher.objects.filter(name=self.name).update(
-            heartbeat_at=Now(), partitions=sorted(self._owned()), clock_offset_ms=offset
+            heartbeat_at=Now(),
+            partitions=sorted(self.coordinator.owned if self.coordinator else ()),
+            clock_offset_ms=offset,
         )
         self._flush_counters()
         self.rules_stale = True  # a missed NOTIFY costs at most one heartbeat
@@ -658,6 +667,10 @@ class DispatcherLoop:
         if payload == REBALANCE:  # a peer came or went: look at the partitions now
             self.next_coordination = 0.0
             return
+        if payload == PEER_GONE:  # polling only, no peer hears of it before its next round
+            self.adopt_orphans = True
+            self.next_coordination = 0.0
+            return
         if payload == sql.ROUTING_CHANGED:
             self.rules_stale = True
             return
@@ -673,7 +686,8 @@ class DispatcherLoop:
         self.source.announced(job_id, int(run_at), route)
 
     def _owned_set(self) -> set[int]:
-        return self.coordinator.owned if self.coordinator else set()
+        """The partitions served: owned, and those being handed to a peer."""
+        return self.coordinator.served if self.coordinator else set()
 
     def _owned(self) -> list[int]:
         return sorted(self._owned_set())

@@ -1,5 +1,6 @@
 """The dispatcher loop, driven step by step in-process against real PostgreSQL."""
 
+import dataclasses
 import datetime as dt
 import time
 
@@ -346,3 +347,77 @@ def test_taking_over_goes_on_past_partitions_a_peer_just_won():
             assert coordinator.owned == {2, 3}
     finally:
         coordinator.close()
+
+
+def step_each_checking(loops_, check, until, timeout=10.0):
+    """Step the loops one at a time, calling `check` after every single step, until
+    `until()` holds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for loop in loops_:
+            loop.step(wait=False)
+            check()
+        if until():
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not reached in time")
+
+
+def every_partition_served(*loops_):
+    served = set().union(*(loop._owned_set() for loop in loops_))
+    assert served == set(range(16)), f"unserved: {sorted(set(range(16)) - served)}"
+
+
+def test_a_partition_changing_hands_is_served_all_along(loops, fast):
+    a = loops("a", RecordingPublisher())
+    run_until(lambda: len(a.coordinator.owned) == 16, a)
+    b = loops("b", RecordingPublisher())
+    # Every single step, between a's release and b's take included: no partition whose
+    # due jobs nobody claims.
+    step_each_checking(
+        [a, b],
+        lambda: every_partition_served(a, b),
+        until=lambda: len(a.coordinator.owned) == len(b.coordinator.owned) == 8
+        and not a.coordinator.handing_over,
+    )
+    assert a.coordinator.owned.isdisjoint(b.coordinator.owned)
+    assert a._owned_set() == a.coordinator.owned  # no longer served once b holds them
+    a._heartbeat()  # the dashboard's row shows the partitions held, not those handed over
+    assert Dispatcher.objects.get(name="a").partitions == sorted(a.coordinator.owned)
+
+
+def test_polling_only_a_dead_peers_partitions_are_served_at_once_then_shared(loops, settings):
+    """Without NOTIFY only the dead peer's watcher hears of it at once: it adopts every
+    orphan, and hands the others their share at the next rounds without a gap."""
+    settings.TEMPO = {**settings.TEMPO, "COORDINATION_SECONDS": 0.1, "DISPATCH_NOTIFY": False}
+    a, b, c = (loops(name, RecordingPublisher()) for name in "abc")
+    run_until(
+        lambda: sorted(len(x.coordinator.owned) for x in (a, b, c)) == [5, 5, 6]
+        and waits_on(a)
+        and waits_on(b)
+        and waits_on(c),
+        a,
+        b,
+        c,
+        timeout=15,
+    )
+    for x in (a, b, c):  # the next periodic round a minute away
+        x.settings = dataclasses.replace(x.settings, coordination_seconds=60)
+        x.next_coordination = x.now_ms() + 60_000
+    orphans = set(c.coordinator.owned)
+    c.stop()  # a graceful stop: its session ends, its watcher's instance hears of it
+    began = time.monotonic()
+    run_until(lambda: a._owned_set() | b._owned_set() == set(range(16)), a, b)
+    assert time.monotonic() - began < 5  # not at the round a minute away
+    adopter = a if orphans <= a.coordinator.owned else b
+    assert orphans <= adopter.coordinator.owned
+    for x in (a, b):
+        x.settings = dataclasses.replace(x.settings, coordination_seconds=0.1)
+        x.next_coordination = 0.0
+    step_each_checking(
+        [a, b],
+        lambda: every_partition_served(a, b),
+        until=lambda: len(a.coordinator.owned) == len(b.coordinator.owned) == 8
+        and not (a.coordinator.handing_over or b.coordinator.handing_over),
+    )
+    assert a.coordinator.owned.isdisjoint(b.coordinator.owned)

@@ -231,7 +231,10 @@ def test_a_new_owner_serves_handed_over_shards_from_the_index(redis_mode):
         jobs = [schedule(1.5) for _ in range(8)]
         second.start()
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and len(second.source.indexed) < 8:
+        while (
+            time.monotonic() < deadline
+            and not len(first.source.indexed) == len(second.source.indexed) == 8
+        ):
             first.step(wait=True)  # notifications are read while waiting
             second.step(wait=True)
         assert len(first.source.indexed) == len(second.source.indexed) == 8
