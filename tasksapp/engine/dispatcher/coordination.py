@@ -338,7 +338,6 @@ class LocalCoordinator:
     def __init__(self, *, partitions: int, instance_id: int) -> None:
         self.partitions = partitions
         self.owned: set[int] = set()
-        self.handing_over: set[int] = set()  # never: there is no peer
         self.clock = ClockOffset()  # SQLite: the clock is ours
         self.connected = False
 
@@ -352,7 +351,7 @@ class LocalCoordinator:
 
     @property
     def served(self) -> set[int]:
-        return self.owned
+        return self.owned  # no peer to hand partitions to
 
     def rebalance(self, *, adopt_orphans: bool = False) -> Rebalance:
         if self.owned:

@@ -210,7 +210,7 @@ class DispatcherLoop:
             flush_counters=self._flush_counters,
             now_ms=self.now_ms,
             lead_ms=self.lead_ms,
-            owned=self._owned,
+            owned=self._served,
             room_for=self._room_for,
             claim_and_publish=self.claim_and_publish,
             rules=lambda: self.rules,
@@ -535,7 +535,7 @@ class DispatcherLoop:
         return min(wanted, max(0, free_messages) * self.settings.max_batch)
 
     def _reap(self, *, everywhere: bool = False) -> None:
-        owned = list(range(self.partitions)) if everywhere else self._owned()
+        owned = list(range(self.partitions)) if everywhere else self._served()
         reaped, next_expiry_ms = job_reap_expired(partitions=self.partitions, owned=owned)
         self.counters.update(statements=1, reaped=reaped)
         if reaped:
@@ -676,7 +676,7 @@ class DispatcherLoop:
             return
         head, _, tail = payload.partition(":")
         job_id = int(head)
-        if job_id % self.partitions not in self._owned_set():
+        if job_id % self.partitions not in self._served_set():
             return
         if tail == "x":
             self.source.announced(job_id, None)
@@ -685,12 +685,12 @@ class DispatcherLoop:
         route = Route(queue, int(priority), int(run_at)) if queue else None
         self.source.announced(job_id, int(run_at), route)
 
-    def _owned_set(self) -> set[int]:
+    def _served_set(self) -> set[int]:
         """The partitions served: owned, and those being handed to a peer."""
         return self.coordinator.served if self.coordinator else set()
 
-    def _owned(self) -> list[int]:
-        return sorted(self._owned_set())
+    def _served(self) -> list[int]:
+        return sorted(self._served_set())
 
 
 def _by_queue(claims: list[Claim]) -> dict[str, list[Claim]]:

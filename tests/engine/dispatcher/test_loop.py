@@ -364,7 +364,7 @@ def step_each_checking(loops_, check, until, timeout=10.0):
 
 
 def every_partition_served(*loops_):
-    served = set().union(*(loop._owned_set() for loop in loops_))
+    served = set().union(*(loop._served_set() for loop in loops_))
     assert served == set(range(16)), f"unserved: {sorted(set(range(16)) - served)}"
 
 
@@ -381,7 +381,7 @@ def test_a_partition_changing_hands_is_served_all_along(loops, fast):
         and not a.coordinator.handing_over,
     )
     assert a.coordinator.owned.isdisjoint(b.coordinator.owned)
-    assert a._owned_set() == a.coordinator.owned  # no longer served once b holds them
+    assert a._served_set() == a.coordinator.owned  # no longer served once b holds them
     a._heartbeat()  # the dashboard's row shows the partitions held, not those handed over
     assert Dispatcher.objects.get(name="a").partitions == sorted(a.coordinator.owned)
 
@@ -407,7 +407,7 @@ def test_polling_only_a_dead_peers_partitions_are_served_at_once_then_shared(loo
     orphans = set(c.coordinator.owned)
     c.stop()  # a graceful stop: its session ends, its watcher's instance hears of it
     began = time.monotonic()
-    run_until(lambda: a._owned_set() | b._owned_set() == set(range(16)), a, b)
+    run_until(lambda: a._served_set() | b._served_set() == set(range(16)), a, b)
     assert time.monotonic() - began < 5  # not at the round a minute away
     adopter = a if orphans <= a.coordinator.owned else b
     assert orphans <= adopter.coordinator.owned

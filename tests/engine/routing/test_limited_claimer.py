@@ -8,11 +8,11 @@ from tasksapp.engine.dispatcher.sources.base import ClaimOutcome
 NOW = 1_000_000.0
 
 
-def claimer(claim) -> LimitedClaimer:
+def claimer(claim, min_priority: int = 0) -> LimitedClaimer:
     made = LimitedClaimer(
         claim=claim,
-        rules=RoutingRules,
-        min_priority=lambda: 0,
+        rules=lambda: RoutingRules(),
+        min_priority=lambda: min_priority,
         now_ms=lambda: NOW,
         aging_ms=60_000,
     )
@@ -43,15 +43,8 @@ def test_a_nudge_while_claiming_is_not_lost():
 
 
 def test_jobs_no_claim_can_take_are_looked_at_after_the_idle_wait():
-    made = LimitedClaimer(
-        claim=lambda ids, queue: ClaimOutcome(),
-        rules=lambda: RoutingRules(),
-        min_priority=lambda: 9,  # degraded: none of the held jobs is critical
-        now_ms=lambda: NOW,
-        aging_ms=60_000,
-    )
-    with made.lock:
-        made.ready.add(1, Route("api", 0, NOW - 10))
+    # Degraded: none of the held jobs is critical, so no claim is made.
+    made = claimer(lambda ids, queue: ClaimOutcome(), min_priority=9)
     made.step()
     assert made.retry_at == NOW + IDLE_WAIT_SECONDS * 1000
 

@@ -44,7 +44,8 @@ class DispatchContext:
     now_ms: Callable[[], float]  # the database clock, as estimated by the coordinator
     # How long before run_at to claim: the configured lead plus round trips to the database.
     lead_ms: Callable[[], int]
-    owned: Callable[[], list[int]]  # the partitions the dispatcher owns now, sorted
+    # The partitions the dispatcher serves now, sorted: owned, and those it hands over.
+    owned: Callable[[], list[int]]
     # How many of this many due jobs of a queue may be claimed now (backpressure: the room
     # in its Celery queue).
     room_for: Callable[[int, str], int]
