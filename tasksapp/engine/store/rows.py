@@ -58,12 +58,19 @@ class Claim:
     queue: str = "default"  # its Celery queue is named after it
 
 
+# How far apart the rates of this machine's monotonic clock and the database's clock may
+# be: the kernel slews each clock by at most 500 ppm (NTP's limit), so two machines' by at
+# most twice that. A bound counts the database clock as running this much slower.
+MAX_DRIFT = 0.001
+
+
 @dataclass(frozen=True)
 class DatabaseTime:
     """A lower bound of the database clock, from one round trip: the database read its
     clock (`read_ms`) before this process had the answer (`received`, time.monotonic()),
-    so at any later moment t it shows at least read_ms + (t - received). Too early by at
-    most the answer's way back; never too late, so a wait for it never ends early."""
+    so at any later moment t it shows at least read_ms + (t - received), less the drift
+    the two clocks may have had since (MAX_DRIFT). Too early by at most the round trip
+    and that drift; never too late, so a wait for it never ends early."""
 
     read_ms: float
     received: float
@@ -74,17 +81,25 @@ class DatabaseTime:
         return (self.received - self.sent) * 1000
 
     def tighter(self, other: DatabaseTime) -> DatabaseTime:
-        """Of two valid lower bounds, the higher one."""
-        mine, theirs = self.read_ms - self.received * 1000, other.read_ms - other.received * 1000
-        return self if mine >= theirs else other
+        """Of two valid lower bounds, the higher one (both grow at the same rate)."""
+        return self if self._intercept() >= other._intercept() else other
 
     def at_least_ms(self, moment: float | None = None) -> float:
         moment = time.monotonic() if moment is None else moment
-        return self.read_ms + (moment - self.received) * 1000
+        return self.read_ms + (moment - self.received) * 1000 * (1 - MAX_DRIFT)
 
     def moment_of(self, db_ms: float) -> float:
         """The time.monotonic() by which the database clock has surely reached db_ms."""
-        return self.received + (db_ms - self.read_ms) / 1000
+        return self.received + (db_ms - self.read_ms) / 1000 / (1 - MAX_DRIFT)
+
+    def slack_ms(self, moment: float) -> float:
+        """How far below the database clock the bound may be at `moment`: the round trip,
+        and the drift both ways since."""
+        since = max(0.0, moment - self.received)
+        return self.round_trip_ms * (1 + MAX_DRIFT) + since * 2000 * MAX_DRIFT
+
+    def _intercept(self) -> float:
+        return self.read_ms - self.received * 1000 * (1 - MAX_DRIFT)
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,6 @@ from tasksapp.engine.settings import tempo_settings
 from tasksapp.engine.store.pg_session import transaction_aborted
 from tasksapp.engine.transitions import (
     StartedJob,
-    database_time,
     job_cancel_running,
     job_fail,
     job_release,
@@ -63,6 +62,7 @@ from tasksapp.engine.transitions import (
     job_start,
     job_succeed,
 )
+from tasksapp.engine.worker.clock import tightened
 from tasksapp.engine.worker.liveness import LivenessLock, liveness_lock_possible
 
 log = logging.getLogger(__name__)
@@ -374,7 +374,7 @@ def execute_batch(claims: Sequence[Sequence[int | float]]) -> int:
     if keeper.liveness is not None and not keeper.liveness.held:
         keeper.liveness.ensure(keeper.queues)  # first (or lost): the lock, then the jobs
     pairs = [(int(c[0]), int(c[1])) for c in claims]
-    started = _tighten_clock(job_start(claims=pairs, worker=keeper.name, ttl=keeper.ttl))
+    started = tightened(job_start(claims=pairs, worker=keeper.name, ttl=keeper.ttl))
     if any(job.delivery == Delivery.AT_MOST_ONCE for job in started):
         flush_commits()  # the start must survive a database crash before the handler runs
     for job in started:
@@ -538,25 +538,6 @@ def stop_handler_pool() -> None:
             on_every_pool_thread(_handler_pool, lambda: connection.close())
             _handler_pool.shutdown(wait=True)
             _handler_pool = None
-
-
-LOOSE_BOUND_MS = 0.5  # a start answered slower than this bounds the database clock loosely
-CALM_BEFORE_S = 0.003  # how long before the first run time the bound is tightened
-
-
-def _tighten_clock(started: list[StartedJob]) -> list[StartedJob]:
-    """Each handler waits until the start's bound of the database clock reaches its run
-    time, so a loose bound makes it late by as much. A start answered slowly (in a burst,
-    several workers start at the same moment on the same CPUs) gets one more round trip,
-    3 ms before the first run time, when the machine is quiet again."""
-    if not started or started[0].clock.round_trip_ms <= LOOSE_BOUND_MS:
-        return started
-    first = min(job.begins_at for job in started)
-    if first - time.monotonic() < 2 * CALM_BEFORE_S:
-        return started
-    time.sleep(first - CALM_BEFORE_S - time.monotonic())
-    clock = started[0].clock.tighter(database_time())
-    return [dataclasses.replace(job, clock=clock) for job in started]
 
 
 def _begin(job: StartedJob) -> float:

@@ -1,6 +1,5 @@
 """The worker side, run in-process against real PostgreSQL."""
 
-import dataclasses
 import datetime as dt
 import time
 
@@ -9,7 +8,7 @@ from django.db import OperationalError, connection
 from django.utils import timezone
 
 from tasksapp.engine.models import Job, JobState
-from tasksapp.engine.transitions import job_claim_due, job_start
+from tasksapp.engine.transitions import job_claim_due
 from tasksapp.engine.worker import executor
 from tasksapp.engine.worker.executor import execute_batch
 from tests.factories import JobFactory
@@ -216,29 +215,6 @@ def test_an_outcome_that_cannot_be_recorded_leaves_the_lease_to_expire(monkeypat
     assert job.id not in executor.lease_keeper()._held
     job.refresh_from_db()
     assert job.state == JobState.RUNNING  # until its lease expires
-
-
-def test_a_loose_bound_of_the_database_clock_is_tightened_before_run_at(effects):
-    """A start answered slowly bounds the clock loosely; one more round trip before run_at
-    brings the handler's begin back to just after run_at, never before it."""
-    job = JobFactory(run_at=timezone.now() + dt.timedelta(milliseconds=150))
-    (claim,) = job_claim_due(ids=[job.id], owner="d", ttl=10)
-    (started,) = job_start(claims=[(claim.id, claim.token)], worker="w", ttl=5)
-    exact = started.clock
-    loose = dataclasses.replace(  # as if the answer had waited 8 ms for a busy CPU
-        exact, read_ms=exact.read_ms - 8, sent=exact.sent - 0.008
-    )
-    loose_job = dataclasses.replace(started, clock=loose)
-    (tightened,) = executor._tighten_clock([loose_job])
-    # A bound from one round trip is loose by at most that round trip: the 8 ms of slack
-    # are gone but for the new reading's own round trip (a fraction of a ms when quiet).
-    new_round_trip = tightened.clock.round_trip_ms / 1000
-    assert loose_job.begins_at - tightened.begins_at >= 0.008 - new_round_trip - 1e-6
-    assert tightened.begins_at <= started.begins_at + new_round_trip + 1e-6
-    time.sleep(max(0.0, tightened.begins_at - time.monotonic()))
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT clock_timestamp()")
-        assert cursor.fetchone()[0] >= job.run_at
 
 
 def run_in_background(*jobs):
