@@ -287,7 +287,10 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_WORKER_SEND_TASK_EVENTS = env.bool("TEMPO_CELERY_EVENTS", default=True)
+# Off: three events a task (received, started, succeeded), each a publish from the
+# worker's event loop, which also reads the broker: a 50,000-job flood drained 1.2x faster
+# without them (docs/BENCHMARKS.md). Tempo's dashboard does not use them; Flower does.
+CELERY_WORKER_SEND_TASK_EVENTS = env.bool("TEMPO_CELERY_EVENTS", default=False)
 CELERY_TASK_SEND_SENT_EVENT = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Celery's Django fixup closes every database connection around every task unless this is
