@@ -128,6 +128,9 @@ class Rebalance:
     gained: list[int] = field(default_factory=list)  # served from now on
     released: list[int] = field(default_factory=list)  # no longer served: a peer has them
     repartitioned: int | None = None  # the partition count changed to this: start over
+    # Fewer partitions free than this instance's share: a dead peer's session may still be
+    # letting its locks go, or a peer has yet to release some. Look again soon.
+    short: bool = False
 
 
 STALL_ROUNDS = 10  # a peer that has not coordinated for this many rounds is stalled
@@ -243,6 +246,7 @@ class PostgresCoordinator:
             taken = self.take(free[start:] + free[:start], wanted)
             change.gained = [p for p in taken if p not in self.handing_over]
             self.handing_over -= set(taken)  # ours again: served all along
+        change.short = len(self.owned) < target
         return change
 
     def _release(self, partitions: list[int]) -> None:

@@ -70,6 +70,9 @@ COUNTER_FIELDS = (
     "statements",
 )
 HEARTBEAT_SECONDS = 10.0
+# Below its share after a round (a dead peer's locks still being released, a peer yet to
+# hand over), an instance looks again this soon rather than a round later.
+SHORT_OF_SHARE_RETRY_MS = 100
 MAX_WAIT_SECONDS = 0.1  # wake up this often to notice signals (no query is made)
 # The broker unreachable (kombu's connection errors): nothing is claimed meanwhile, and
 # it is not asked again for this long (each ask makes one connection retry, after 2 s).
@@ -382,7 +385,10 @@ class DispatcherLoop:
             log.info("dispatcher %s: took partitions %s", self.name, change.gained)
             self.next_reap = 0.0  # orphans of a dead owner
             self.source.gained(change.gained)
-        self.next_coordination = self.now_ms() + self.settings.coordination_seconds * 1000
+        round_ms = self.settings.coordination_seconds * 1000
+        if change.short:  # a share not free yet: its locks go within ms, not a round
+            round_ms = min(round_ms, SHORT_OF_SHARE_RETRY_MS)
+        self.next_coordination = self.now_ms() + round_ms
 
     def _repartition(self, count: int) -> None:
         """Work with another partition count: what is held was keyed by the old one, so

@@ -2,6 +2,7 @@
 
 import dataclasses
 import datetime as dt
+import threading
 import time
 
 import psycopg
@@ -421,3 +422,55 @@ def test_polling_only_a_dead_peers_partitions_are_served_at_once_then_shared(loo
         and not (a.coordinator.handing_over or b.coordinator.handing_over),
     )
     assert a.coordinator.owned.isdisjoint(b.coordinator.owned)
+
+
+def test_a_share_not_free_yet_is_looked_for_again_within_a_round(loops, settings):
+    """A dead peer's session lets its partition locks go one by one, and the watcher can
+    wake the survivors before the last is gone. Below its share after that round, a
+    survivor looks again at once, not a round (here a minute) later."""
+    settings.TEMPO = {**settings.TEMPO, "COORDINATION_SECONDS": 60}
+    a = loops("a", RecordingPublisher())
+    run_until(lambda: len(a.coordinator.owned) == 16, a)
+    b = loops("b", RecordingPublisher())
+    run_until(
+        lambda: len(a.coordinator.owned) == len(b.coordinator.owned) == 8
+        and a.next_coordination > a.now_ms() + 10_000
+        and waits_on(b),
+        a,
+        b,
+    )
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=True) as lingering:
+        # A session queued for b's partitions: when b's session ends they pass to it, as
+        # if b's own session still held them while a hears that b is gone.
+        holder = threading.Thread(
+            target=lingering.execute,
+            args=(
+                "SELECT count(pg_advisory_lock(%s, p)) FROM unnest(%s::int[]) AS p",
+                [sql.PARTITION_LOCK_CLASS, sorted(b.coordinator.owned)],
+            ),
+        )
+        holder.start()
+        run_until(lambda: queued_for_partitions() == 1, a, timeout=5)
+        b.coordinator._conn.close()  # its session ends as if the process died
+        holder.join(timeout=5)
+        for _ in range(5):  # a hears of b's end (its watcher) and rebalances
+            a.step(wait=True)
+        assert len(a.coordinator.owned) == 8  # the rest are held, not free
+        lingering.execute("SELECT pg_advisory_unlock_all()")
+        released = time.monotonic()
+        run_until(lambda: len(a.coordinator.owned) == 16, a, timeout=5)
+        assert time.monotonic() - released < 2  # the round is a minute away
+
+
+def queued_for_partitions() -> int:
+    """Sessions waiting for a partition lock."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory'"
+            " AND NOT granted AND classid = %s",
+            [sql.PARTITION_LOCK_CLASS],
+        )
+        return cursor.fetchone()[0]
