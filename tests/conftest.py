@@ -72,6 +72,17 @@ def queue_name(broker_url, settings):
     purge_queue(broker_url, name)
 
 
+def session_params() -> dict:
+    """The test database's connection parameters, for a psycopg session of its own (a
+    peer, a lingering holder of locks) beside Django's."""
+    from django.db import connection
+
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return params
+
+
 class RecordingPublisher:
     """Stands in for the broker in dispatcher unit tests: keeps what would be sent."""
 

@@ -19,7 +19,7 @@ from tasksapp.engine.dispatcher.loop import DispatcherLoop, split_batches
 from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState
 from tasksapp.engine.services import job_schedule
 from tasksapp.engine.transitions import Claim
-from tests.conftest import RecordingPublisher
+from tests.conftest import RecordingPublisher, session_params
 
 pytestmark = pytest.mark.django_db(transaction=True)
 HANDLER = "tests.handlers.recording.noop"
@@ -333,13 +333,10 @@ def test_a_dead_peer_is_noticed_at_once_not_at_the_next_round(loops, settings):
 def test_taking_over_goes_on_past_partitions_a_peer_just_won():
     """Survivors read the same free list at the same moment; one that loses a partition
     to a peer takes the next free one in the same round (not 2 s later)."""
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
     coordinator = PostgresCoordinator(partitions=16, instance_id=424242)
     coordinator.connect()
     try:
-        with psycopg.connect(**params, autocommit=True) as peer:
+        with psycopg.connect(**session_params(), autocommit=True) as peer:
             for partition in (0, 1):
                 peer.execute(
                     "SELECT pg_advisory_lock(%s, %s)", [sql.PARTITION_LOCK_CLASS, partition]
@@ -439,10 +436,7 @@ def test_a_share_not_free_yet_is_looked_for_again_within_a_round(loops, settings
         a,
         b,
     )
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    with psycopg.connect(**params, autocommit=True) as lingering:
+    with psycopg.connect(**session_params(), autocommit=True) as lingering:
         # A session queued for b's partitions: when b's session ends they pass to it, as
         # if b's own session still held them while a hears that b is gone.
         holder = threading.Thread(

@@ -8,25 +8,18 @@ import time
 
 import psycopg
 import pytest
-from django.db import connection
 
 from tasksapp.engine import sql
 from tasksapp.engine.dispatcher.coordination import STALL_ROUNDS, PostgresCoordinator
+from tests.conftest import session_params
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROUND_S = 0.1  # coordination_seconds: the stall bound is STALL_ROUNDS rounds, 1 s
 
 
-def _params() -> dict:
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    return params
-
-
 def _peer(instance_id: int, partitions: list[int]) -> psycopg.Connection:
     """A session holding what a dispatcher holds: its instance lock and partitions."""
-    peer = psycopg.connect(**_params(), autocommit=True)
+    peer = psycopg.connect(**session_params(), autocommit=True)
     peer.execute(
         sql.LOCK_DISPATCHER,
         {"dispatcher_class": sql.DISPATCHER_LOCK_CLASS, "dispatcher_id": instance_id},

@@ -44,11 +44,14 @@ def started_job(ms_ahead: float):
     return job, started
 
 
+def loosened_bound(bound: DatabaseTime, ms: float) -> DatabaseTime:
+    """The same reading as if its answer had waited `ms` for a busy CPU."""
+    return dataclasses.replace(bound, read_ms=bound.read_ms - ms, sent=bound.sent - ms / 1000)
+
+
 def loosened(started, ms: float):
     """The same start as if its answer had waited `ms` for a busy CPU."""
-    exact = started.clock
-    loose = dataclasses.replace(exact, read_ms=exact.read_ms - ms, sent=exact.sent - ms / 1000)
-    return dataclasses.replace(started, clock=loose)
+    return dataclasses.replace(started, clock=loosened_bound(started.clock, ms))
 
 
 def wait_and_read_database_clock(begins_at: float) -> dt.datetime:
@@ -136,10 +139,6 @@ def test_readings_stop_after_a_few_when_every_answer_is_slow(monkeypatch):
     (tightened,) = clock.tightened([loosened(started, 8)])
     assert len(made) == clock.MAX_READINGS
     assert wait_and_read_database_clock(tightened.begins_at) >= job.run_at
-
-
-def loosened_bound(bound: DatabaseTime, ms: float) -> DatabaseTime:
-    return dataclasses.replace(bound, read_ms=bound.read_ms - ms, sent=bound.sent - ms / 1000)
 
 
 # --- the bound itself, against a simulated database clock --------------------------------
