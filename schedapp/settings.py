@@ -343,6 +343,10 @@ TEMPO = {
     # How often dispatchers look for worker processes that died (their liveness lock is
     # gone) and end their running jobs' leases at once; 0: leases alone.
     "WORKER_CHECK_SECONDS": env.float("TEMPO_WORKER_CHECK_SECONDS", default=0.25),
+    # Each worker process also waits on the next one's liveness lock (a ring, one idle
+    # connection each) and, the moment that one dies, tells the dispatchers to check now.
+    # With notifications only; false: the periodic check alone, one connection fewer.
+    "WORKER_WATCH": env.bool("TEMPO_WORKER_WATCH", default=True),
     # Time limit of an attempt whose job sets none (seconds from the handler's begin). At
     # the limit the lease is no longer renewed and the attempt fails; in a prefork worker
     # the child process running the handler is ended (docs/ARCHITECTURE.md, workers).

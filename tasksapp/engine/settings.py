@@ -39,6 +39,7 @@ class TempoSettings:
     claim_ttl_seconds: float
     run_lease_seconds: float
     worker_check_seconds: float
+    worker_watch: bool
     default_time_limit_seconds: float
     max_batch: int
     fanout: int

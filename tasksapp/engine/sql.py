@@ -25,6 +25,7 @@ WORKER_LOCK_CLASS = 7_316_004
 TAKE_WORKER_LOCK = (
     "SELECT pg_try_advisory_lock(%(worker_class)s, hashtext(%(name)s)), hashtext(%(name)s)"
 )
+WORKER_GONE = "worker-gone"  # a NOTIFY payload: a worker process died, look for it now
 ANNOUNCE_PARTITION_COUNT = "SELECT pg_advisory_lock_shared(%(count_class)s, %(count)s)"
 
 # pg_locks spans the whole server: only this database's advisory locks count.
@@ -58,11 +59,14 @@ SELECT pg_advisory_unlock(%(partition_class)s, p) FROM unnest(%(partitions)s::in
 """
 
 LOCK_DISPATCHER = "SELECT pg_advisory_lock(%(dispatcher_class)s, %(dispatcher_id)s)"
-UNLOCK_DISPATCHER = "SELECT pg_advisory_unlock(%(dispatcher_class)s, %(dispatcher_id)s)"
-LIVE_DISPATCHER_IDS = """
+# The lock rings (tasksapp.engine.lock_ring): the live keys of a lock class, and the wait
+# on one of them that is granted when its holder's session ends.
+LIVE_LOCK_KEYS = """
 SELECT objid::int FROM pg_locks
-WHERE locktype = 'advisory' AND granted AND classid = %(dispatcher_class)s
+WHERE locktype = 'advisory' AND granted AND classid = %(lock_class)s AND objsubid = 2
   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 """
+WAIT_FOR_LOCK = "SELECT pg_advisory_lock(%(lock_class)s, %(key)s)"
+UNLOCK_KEY = "SELECT pg_advisory_unlock(%(lock_class)s, %(key)s)"
 
 # The trigger that sends these notifications is installed by migration 0002.

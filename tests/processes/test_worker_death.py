@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from tasksapp.engine.sql import WORKER_LOCK_CLASS
 from tests.processes.inflight import (
     MODES,
     assert_killed_mid_run,
@@ -104,3 +105,94 @@ def test_a_frozen_worker_keeps_its_jobs_until_its_lease_runs_out(cluster, sql):
         cluster.kill("w1", signal.SIGCONT)
     errors = sql.execute("SELECT errors FROM tasksapp_job WHERE id = %s", [job_id]).fetchone()[0]
     assert [entry["kind"] for entry in errors] == ["lease_expired"]
+
+
+RARE_CHECK_S = "120"  # the dispatchers' periodic look: far beyond every bound below
+HEARD_BOUND_S = 8.0  # the lease is 30 s and the next periodic look 120 s away
+
+
+def returned_after(sql, ids: list[int], killed_at) -> float:
+    """Seconds from the kill to the last of these jobs' `lease_expired` entries."""
+    return sql.execute(
+        "SELECT max(extract(epoch FROM (e->>'at')::timestamptz - %s)) FROM tasksapp_job,"
+        " jsonb_array_elements(errors) AS e WHERE id = ANY(%s)",
+        [killed_at, ids],
+    ).fetchone()[0]
+
+
+def watched(sql, pid: int) -> None:
+    """Another worker process waits on this one's liveness lock (the lock ring)."""
+    wait_for(
+        lambda: sql.execute(
+            "SELECT count(*) FROM pg_locks l JOIN tasksapp_workerprocess w"
+            " ON l.objid = w.liveness_key::oid WHERE w.pid = %s AND l.locktype = 'advisory'"
+            " AND l.classid = %s AND NOT l.granted",
+            [pid, WORKER_LOCK_CLASS],
+        ).fetchone()[0],
+        timeout=30,
+        message=f"worker {pid} watched by a peer",
+    )
+
+
+def test_a_worker_hears_the_next_one_die_and_the_dispatchers_look_at_once(cluster, sql):
+    """The periodic look is two minutes away: only the ring (a live worker's wait on the
+    dead one's lock, then `worker-gone`) explains jobs returned within seconds."""
+    cluster.env.update(
+        TEMPO_RUN_LEASE_SECONDS=str(LEASE_S), TEMPO_WORKER_CHECK_SECONDS=RARE_CHECK_S
+    )
+    create_tables(sql)
+    cluster.dispatcher("d1")
+    cluster.dispatcher("d2")
+    cluster.worker("w1", concurrency=4)
+    live_worker(sql, cluster.processes["w1"].pid)
+    ids = insert_blocking(sql, count=4, delivery="at_least_once", key="ring")
+    wait_until_running(sql, ids)
+    cluster.worker("w2", concurrency=4)
+    live_worker(sql, cluster.processes["w2"].pid)
+    watched(sql, cluster.processes["w1"].pid)
+    time.sleep(1)  # the dispatchers' first look (at start) is long past: the next is not
+    cluster.kill("w1", signal.SIGKILL)
+    killed_at = database_now(sql)
+
+    wait_for_outcome(sql, ids, "at_least_once", timeout=HEARD_BOUND_S + 20)
+    assert_killed_mid_run(sql, ids, "at_least_once")
+    after = returned_after(sql, ids, killed_at)
+    print(f"the killed worker's 4 jobs returned {after:.2f} s after the kill")
+    assert after < HEARD_BOUND_S
+
+
+@pytest.mark.parametrize(
+    "mode_env",
+    [
+        {"TEMPO_DISPATCH_NOTIFY": "false", "TEMPO_NOTIFY_OFF_POLL_SECONDS": "2"},
+        {"TEMPO_WORKER_WATCH": "false"},
+    ],
+    ids=["polling-only", "notify-without-ring"],
+)
+def test_a_worker_killed_with_its_dispatcher_is_looked_for_when_the_dispatcher_dies(
+    cluster, sql, mode_env
+):
+    """One host's dispatcher and worker SIGKILLed together, no worker ring to hear it: the
+    survivor hears of its peer's death (its own lock ring) and looks for dead workers at
+    once, and once more shortly after, not at its next periodic look."""
+    cluster.env.update(
+        TEMPO_RUN_LEASE_SECONDS=str(LEASE_S), TEMPO_WORKER_CHECK_SECONDS=RARE_CHECK_S, **mode_env
+    )
+    create_tables(sql)
+    cluster.dispatcher("d1")
+    cluster.dispatcher("d2")
+    cluster.worker("w1", concurrency=4)
+    live_worker(sql, cluster.processes["w1"].pid)
+    ids = insert_blocking(sql, count=4, delivery="at_least_once", key="host")
+    wait_until_running(sql, ids)
+    cluster.worker("w2", concurrency=4)
+    time.sleep(1)
+    cluster.kill("d1", signal.SIGKILL)
+    cluster.kill("w1", signal.SIGKILL)
+    killed_at = database_now(sql)
+
+    wait_for_outcome(sql, ids, "at_least_once", timeout=HEARD_BOUND_S + 20)
+    assert_killed_mid_run(sql, ids, "at_least_once")
+    after = returned_after(sql, ids, killed_at)
+    print(f"{mode_env}: the killed worker's 4 jobs returned {after:.2f} s after the kill")
+    assert after < HEARD_BOUND_S

@@ -14,9 +14,7 @@ win) until a peer is seen holding it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -24,6 +22,7 @@ import psycopg
 
 from tasksapp.engine import sql
 from tasksapp.engine.clock import ClockOffset
+from tasksapp.engine.lock_ring import LockRingWatcher
 from tasksapp.engine.store.pg_session import session_connection_params
 
 log = logging.getLogger(__name__)
@@ -32,88 +31,6 @@ log = logging.getLogger(__name__)
 REBALANCE = "rebalance"  # a NOTIFY payload: rebalance partitions now
 # Polling only, from the peer watcher: the watched peer ended; take its partitions now.
 PEER_GONE = "peer-gone"
-
-
-def next_peer(peers: list[int], me: int) -> int | None:
-    """The peer this instance watches: the next instance id after its own, in a ring."""
-    others = sorted(set(peers) - {me})
-    if not others:
-        return None
-    return next((p for p in others if p > me), others[0])
-
-
-class PeerWatcher:
-    """Learns the moment a peer dispatcher dies, without polling.
-
-    It blocks on the next peer's instance lock (ring order); Postgres grants it as soon as
-    that peer's session ends — SIGKILL or graceful stop alike — and the watcher then tells
-    every dispatcher to rebalance at once. A lock timeout makes it re-pick its peer when
-    instances come and go. Cost: one idle connection. Without LISTEN/NOTIFY (`listen`
-    false) it tells only its own dispatcher, through `peer_gone`.
-    """
-
-    def __init__(self, params: dict, instance_key: int, *, listen: bool = True) -> None:
-        self._params = params
-        self._me = instance_key
-        self._listen = listen
-        self.peer_gone = threading.Event()  # set when the watched peer ended
-        self._stop = threading.Event()
-        self._conn: psycopg.Connection | None = None
-        self._thread = threading.Thread(target=self._run, name="peer-watcher", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        conn = self._conn
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.cancel()  # interrupt the lock wait
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(**self._params, autocommit=True) as conn:
-                    self._conn = conn
-                    conn.execute("SET lock_timeout = '5s'")
-                    if self._listen:
-                        conn.execute(f"LISTEN {sql.NOTIFY_CHANNEL}")  # to hear a peer join
-                    while not self._stop.is_set():
-                        self._watch_once(conn)
-            except psycopg.Error as exc:
-                if not self._stop.is_set():
-                    log.debug("peer watcher: %s", exc)
-                    self._stop.wait(1.0)
-            finally:
-                self._conn = None
-
-    def _watch_once(self, conn: psycopg.Connection) -> None:
-        peers = [
-            row[0]
-            for row in conn.execute(
-                sql.LIVE_DISPATCHER_IDS, {"dispatcher_class": sql.DISPATCHER_LOCK_CLASS}
-            ).fetchall()
-        ]
-        peer = next_peer(peers, self._me)
-        if peer is None:  # alone: wait for a peer to announce itself (or look again)
-            if self._listen:
-                for _ in conn.notifies(timeout=2.0, stop_after=1):
-                    pass
-            else:
-                self._stop.wait(2.0)
-            return
-        key = {"dispatcher_class": sql.DISPATCHER_LOCK_CLASS, "dispatcher_id": peer}
-        try:
-            conn.execute(sql.LOCK_DISPATCHER, key)  # returns when the peer is gone
-        except psycopg.errors.LockNotAvailable:
-            return  # still alive: look at the ring again
-        conn.execute(sql.UNLOCK_DISPATCHER, key)
-        if self._listen:
-            conn.execute("SELECT pg_notify(%s, %s)", [sql.NOTIFY_CHANNEL, REBALANCE])
-        self.peer_gone.set()
-        log.info("peer dispatcher %s is gone: rebalancing", peer)
 
 
 def partition_targets(partitions: int, live_pids: list[int], my_pid: int) -> int:
@@ -155,7 +72,7 @@ class PostgresCoordinator:
         self.clock = ClockOffset()
         self._conn: psycopg.Connection | None = None
         self._pid = 0
-        self._watcher: PeerWatcher | None = None
+        self._watcher: LockRingWatcher | None = None
 
     # -- session ----------------------------------------------------------------------
     def connect(self) -> None:
@@ -177,7 +94,14 @@ class PostgresCoordinator:
         self._pid = self._conn.info.backend_pid
         self.owned, self.handing_over = set(), set()
         self.clock.reset()
-        self._watcher = PeerWatcher(params, self.instance_id % 2**31, listen=self.listen)
+        # A peer's death is heard at once: everyone rebalances (polling only: this one).
+        self._watcher = LockRingWatcher(
+            params,
+            lock_class=sql.DISPATCHER_LOCK_CLASS,
+            me=self.instance_id % 2**31,
+            notify=REBALANCE if self.listen else None,
+            hear_joins=self.listen,
+        )
         self._watcher.start()
         if self.listen:  # tell the others a peer joined, so they hand over its share now
             self._conn.execute("SELECT pg_notify(%s, %s)", [sql.NOTIFY_CHANNEL, REBALANCE])

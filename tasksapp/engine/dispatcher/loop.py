@@ -73,6 +73,9 @@ HEARTBEAT_SECONDS = 10.0
 # Below its share after a round (a dead peer's locks still being released, a peer yet to
 # hand over), an instance looks again this soon rather than a round later.
 SHORT_OF_SHARE_RETRY_MS = 100
+# After a peer dispatcher's death, a check for dead workers that found none looks once
+# more this soon: a worker killed beside it may end its session a moment later.
+DEAD_PEER_RECHECK_MS = 100
 MAX_WAIT_SECONDS = 0.1  # wake up this often to notice signals (no query is made)
 # The broker unreachable (kombu's connection errors): nothing is claimed meanwhile, and
 # it is not asked again for this long (each ask makes one connection retry, after 2 s).
@@ -240,6 +243,7 @@ class DispatcherLoop:
         self.next_heartbeat = 0.0
         self.next_reap: float | None = 0.0
         self.next_worker_check = 0.0
+        self.worker_recheck = False  # a dead peer's worker may die a moment after it
         self.broker_retry_at = 0.0  # while the broker is unreachable: claim nothing before
         self.rules_stale = True  # the routing rules are read again before the next claims
 
@@ -558,6 +562,13 @@ class DispatcherLoop:
     def _worker_check_due(self) -> bool:
         return self._watching_workers() and self.now_ms() >= self.next_worker_check
 
+    def _look_for_dead_workers(self, *, again: bool = False) -> None:
+        """Check for dead workers now. `again`: a peer dispatcher died, perhaps with a
+        worker beside it (one host, one container) whose session may end a moment later:
+        a check that finds none is followed by one more, DEAD_PEER_RECHECK_MS later."""
+        self.next_worker_check = 0.0
+        self.worker_recheck = self.worker_recheck or again
+
     def _check_workers(self) -> None:
         """Workers that died (their liveness lock is gone): their running jobs' leases end
         now. With notifications this instance returns them at once, in every partition
@@ -572,7 +583,11 @@ class DispatcherLoop:
             self._reap()
         elif dead:
             self._reap(everywhere=True)
-        self.next_worker_check = self.now_ms() + self.settings.worker_check_seconds * 1000
+        interval_ms = self.settings.worker_check_seconds * 1000
+        if self.worker_recheck and not dead:
+            interval_ms = min(interval_ms, DEAD_PEER_RECHECK_MS)
+        self.worker_recheck = False
+        self.next_worker_check = self.now_ms() + interval_ms
 
     def _heartbeat(self) -> None:
         offset = self.coordinator.clock.offset_ms if self.coordinator else 0.0
@@ -672,10 +687,15 @@ class DispatcherLoop:
             self.counters.update(notifications=1)
         if payload == REBALANCE:  # a peer came or went: look at the partitions now
             self.next_coordination = 0.0
+            self._look_for_dead_workers(again=True)
             return
         if payload == PEER_GONE:  # polling only, no peer hears of it before its next round
             self.adopt_orphans = True
             self.next_coordination = 0.0
+            self._look_for_dead_workers(again=True)
+            return
+        if payload == sql.WORKER_GONE:  # a worker saw the next one die (its lock ring)
+            self._look_for_dead_workers()
             return
         if payload == sql.ROUTING_CHANGED:
             self.rules_stale = True

@@ -63,7 +63,11 @@ from tasksapp.engine.transitions import (
     job_succeed,
 )
 from tasksapp.engine.worker.clock import tightened
-from tasksapp.engine.worker.liveness import LivenessLock, liveness_lock_possible
+from tasksapp.engine.worker.liveness import (
+    LivenessLock,
+    liveness_lock_possible,
+    watches_peers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +163,11 @@ class LeaseKeeper:
         self.queues: list[str] = []  # the Tempo queues this worker consumes, for the dashboard
         # Taken before the first job starts: from then on a death is seen at once
         # (liveness.py); not here, where the queues it serves are not known yet.
-        self.liveness = LivenessLock(self.name) if liveness_lock_possible(self.settings) else None
+        self.liveness = (
+            LivenessLock(self.name, watch_peers=watches_peers(self.settings))
+            if liveness_lock_possible(self.settings)
+            else None
+        )
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
         self._thread.start()

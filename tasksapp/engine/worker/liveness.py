@@ -11,6 +11,11 @@ the run lease (`TEMPO_RUN_LEASE_SECONDS`) would have run out.
 A worker that is alive but stalled (SIGSTOP, a paused VM) keeps its session and lock:
 its jobs still wait for their leases, and its late outcomes are refused by the fence.
 
+With notifications, each worker process also watches the next one's lock (a lock ring,
+tasksapp.engine.lock_ring, on one more idle connection) and, the moment it is freed,
+tells the dispatchers (`worker-gone`) to look now: the four-a-second look is then only
+the fallback, for a death no live worker saw (`TEMPO_WORKER_WATCH=false`: it alone).
+
 The key is written on the worker's row (`WorkerProcess.liveness_key`) after the lock is
 taken, and only then are jobs started: a worker that holds no lock (another session
 holds its name, the database is away) writes no key, and its jobs keep the lease alone.
@@ -27,6 +32,7 @@ import time
 import psycopg
 
 from tasksapp.engine import sql
+from tasksapp.engine.lock_ring import LockRingWatcher
 from tasksapp.engine.models import WorkerProcess
 from tasksapp.engine.settings import TempoSettings
 from tasksapp.engine.store import job_store
@@ -43,6 +49,12 @@ def liveness_lock_possible(settings: TempoSettings) -> bool:
     return job_store().notifies and (not settings.db_pooler or bool(settings.session_database_url))
 
 
+def watches_peers(settings: TempoSettings) -> bool:
+    """Whether a worker watches the next one's lock: only dispatchers that LISTEN can
+    hear of a death it sees, and only those that check for dead workers act on it."""
+    return settings.worker_watch and settings.dispatch_notify and settings.worker_check_seconds > 0
+
+
 def _connect() -> psycopg.Connection:
     """A session of its own for the lock: direct, past any transaction pooler."""
     return psycopg.connect(
@@ -53,8 +65,10 @@ def _connect() -> psycopg.Connection:
 class LivenessLock:
     """The session holding this worker process's liveness lock (see the module)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, watch_peers: bool = False) -> None:
         self.name = name
+        self.watch_peers = watch_peers  # start a LockRingWatcher once the lock is held
+        self._watcher: LockRingWatcher | None = None
         self._conn: psycopg.Connection | None = None
         self.key: int | None = None
         self._retry_at = 0.0  # time.monotonic() of the next try after a failed one
@@ -101,6 +115,15 @@ class LivenessLock:
             self._close()
             return False
         self.key = key
+        if self.watch_peers and self._watcher is None:
+            self._watcher = LockRingWatcher(
+                session_connection_params(),
+                lock_class=sql.WORKER_LOCK_CLASS,
+                me=key,
+                notify=sql.WORKER_GONE,
+                name="worker-watcher",
+            )
+            self._watcher.start()
         WorkerProcess.objects.update_or_create(
             name=self.name,
             defaults={"liveness_key": key},
@@ -115,6 +138,9 @@ class LivenessLock:
 
     def close(self) -> None:
         with self._guard:
+            if self._watcher is not None:
+                self._watcher.stop()
+                self._watcher = None
             self._close()
 
     def _close(self) -> None:
