@@ -456,6 +456,9 @@ def _run_all(jobs: list[StartedJob], keeper: LeaseKeeper) -> list[tuple[RunOutco
     its share rather than waiting: one thread hand-off fewer between start and handler."""
     parallelism = keeper.settings.batch_parallelism
     results: list[tuple[RunOutcome, Any]] = [(RunOutcome.FAILED, None)] * len(jobs)
+    if len(jobs) == 1:  # nothing to share a transaction with: one of its own, no savepoint
+        results[0] = _run_one(jobs[0], keeper)
+        return results
     if parallelism <= 1 or len(jobs) <= 1:
         pending = iter(enumerate(jobs))
         _run_in_turn(lambda: next(pending, None), keeper, results, pool_thread=False)

@@ -3,6 +3,7 @@ against real PostgreSQL (each commit real: the tests' database is not one transa
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from tasksapp.engine.models import Job, JobState
 from tasksapp.engine.worker.executor import ERR_TRANSACTION_ABORTED
@@ -80,6 +81,27 @@ def test_a_group_of_one_is_a_transaction_per_job(settings, effects):
     assert [job.state for job in jobs] == [JobState.SUCCEEDED, JobState.FAILED, JobState.SUCCEEDED]
     assert [effects.count(job.id) for job in jobs] == [1, 0, 1]
     assert len(committed_by(jobs)) == 3
+
+
+def savepoints_made(*handlers: str) -> tuple[list[Job], int]:
+    with CaptureQueriesContext(connection) as queries:
+        jobs = batch(*handlers)
+    return jobs, sum(q["sql"].startswith("SAVEPOINT") for q in queries.captured_queries)
+
+
+def test_a_job_alone_in_its_batch_commits_without_a_savepoint(effects):
+    """Nothing can share its transaction: its effects and its success commit together
+    without the two savepoint round trips, and a failure still rolls back its effects."""
+    batch("record")  # the worker's first batch registers the worker (a savepoint of its own)
+    (ok,), made = savepoints_made("record")
+    assert ok.state == JobState.SUCCEEDED and effects.count(ok.id) == 1
+    assert made == 0
+    (failed,), made = savepoints_made("record_then_fail")
+    assert failed.state == JobState.FAILED and effects.count(failed.id) == 0
+    assert made == 0
+    pair, made = savepoints_made("record", "record")  # a group: one savepoint a job
+    assert [effects.count(job.id) for job in pair] == [1, 1]
+    assert made == 2
 
 
 def test_a_lease_lost_in_a_group_rolls_it_back_and_the_others_run_again_alone(effects):
