@@ -31,12 +31,13 @@ ANNOUNCE_PARTITION_COUNT = "SELECT pg_advisory_lock_shared(%(count_class)s, %(co
 # pg_locks spans the whole server: only this database's advisory locks count.
 LIVE_DISPATCHERS_AND_HELD_PARTITIONS = """
 WITH ours AS (
-    SELECT classid, objid, pid FROM pg_locks
+    SELECT classid, objid, pid, mode FROM pg_locks
     WHERE locktype = 'advisory' AND granted
       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 )
 SELECT
-  COALESCE((SELECT array_agg(pid) FROM ours WHERE classid = %(dispatcher_class)s), '{}'),
+  COALESCE((SELECT array_agg(pid) FROM ours
+            WHERE classid = %(dispatcher_class)s AND mode = 'ExclusiveLock'), '{}'),
   COALESCE((SELECT array_agg(objid::int) FROM ours WHERE classid = %(partition_class)s), '{}'),
   extract(epoch FROM clock_timestamp()) * 1000,
   (SELECT max(objid::int) FROM ours WHERE classid = %(count_class)s)
@@ -59,14 +60,17 @@ SELECT pg_advisory_unlock(%(partition_class)s, p) FROM unnest(%(partitions)s::in
 """
 
 LOCK_DISPATCHER = "SELECT pg_advisory_lock(%(dispatcher_class)s, %(dispatcher_id)s)"
-# The lock rings (tasksapp.engine.lock_ring): the live keys of a lock class, and the wait
-# on one of them that is granted when its holder's session ends.
+# The lock rings (tasksapp.engine.lock_ring): the live keys of a lock class (held
+# exclusively, by their owners), and the wait on one of them that is granted when its
+# owner's session ends. The wait is shared: a watcher that holds a dead key for a moment
+# never looks like its owner, to another watcher or to a count of the live.
 LIVE_LOCK_KEYS = """
 SELECT objid::int FROM pg_locks
-WHERE locktype = 'advisory' AND granted AND classid = %(lock_class)s AND objsubid = 2
+WHERE locktype = 'advisory' AND granted AND mode = 'ExclusiveLock'
+  AND classid = %(lock_class)s AND objsubid = 2
   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 """
-WAIT_FOR_LOCK = "SELECT pg_advisory_lock(%(lock_class)s, %(key)s)"
-UNLOCK_KEY = "SELECT pg_advisory_unlock(%(lock_class)s, %(key)s)"
+WAIT_FOR_LOCK = "SELECT pg_advisory_lock_shared(%(lock_class)s, %(key)s)"
+UNLOCK_KEY = "SELECT pg_advisory_unlock_shared(%(lock_class)s, %(key)s)"
 
 # The trigger that sends these notifications is installed by migration 0002.

@@ -305,7 +305,8 @@ WHERE w.liveness_key IS NOT NULL
   AND pg_postmaster_start_time() < clock_timestamp() - make_interval(secs => %(grace)s)
   AND NOT EXISTS (
       SELECT 1 FROM pg_locks l
-      WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %(worker_class)s
+      WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
+        AND l.classid = %(worker_class)s
         AND l.objid = w.liveness_key::oid AND l.objsubid = 2
         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
 RETURNING w.name

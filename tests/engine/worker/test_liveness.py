@@ -8,6 +8,7 @@ import datetime as dt
 
 import psycopg
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from tasksapp.engine.models import Job, JobState, WorkerProcess
@@ -117,7 +118,10 @@ def test_threads_asking_at_once_share_one_session_and_the_lock_stays_held(monkey
 
     def ask() -> None:
         barrier.wait()
-        lock.ensure()
+        try:
+            lock.ensure()
+        finally:
+            connection.close()  # the thread's own Django connection (the taker registers)
 
     try:
         threads = [threading.Thread(target=ask) for _ in range(8)]
