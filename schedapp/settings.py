@@ -333,6 +333,10 @@ TEMPO = {
     "COORDINATION_SECONDS": env.float("TEMPO_COORDINATION_SECONDS", default=2.0),
     # Claim this many ms ahead of run_at to hide the broker hop (never starts early).
     "DISPATCH_LEAD_MS": env.int("TEMPO_DISPATCH_LEAD_MS", default=40),
+    # Jobs at or above the critical priority are claimed this many ms ahead instead: on
+    # busy cores their message has reached a worker thread by run_at. Each holds a worker
+    # slot that much longer before its run time; below DISPATCH_LEAD_MS: that lead.
+    "CRITICAL_LEAD_MS": env.int("TEMPO_CRITICAL_LEAD_MS", default=100),
     # ... plus this many round trips to the database, as the dispatcher measures them: a
     # claim, its message and the start take several (tasksapp/engine/dispatcher/loop.py).
     "DISPATCH_LEAD_ROUND_TRIPS": env.float("TEMPO_DISPATCH_LEAD_ROUND_TRIPS", default=12.0),

@@ -35,6 +35,7 @@ class TempoSettings:
     partitions: int
     coordination_seconds: float
     dispatch_lead_ms: int
+    critical_lead_ms: int
     dispatch_lead_round_trips: float
     claim_ttl_seconds: float
     run_lease_seconds: float

@@ -318,7 +318,7 @@ class DispatcherLoop:
     def now_ms(self) -> float:
         return self.coordinator.clock.now_ms() if self.coordinator else time.time() * 1000
 
-    def lead_ms(self) -> int:
+    def lead_ms(self, priority: int | None = None) -> int:
         """Claim this much before run_at, so the message is at a worker and the job started
         when the time comes (the handler waits for run_at; the start is guarded by the
         database clock): the configured lead, plus the round trips a claim, its message
@@ -326,7 +326,10 @@ class DispatcherLoop:
         local network that adds a millisecond or two; 25 ms away, some 300 ms."""
         round_trip = self.coordinator.clock.round_trip_ms if self.coordinator else 0.0
         extra = self.settings.dispatch_lead_round_trips * round_trip
-        return self.settings.dispatch_lead_ms + round(extra)  # the wheel counts whole ms
+        lead = self.settings.dispatch_lead_ms
+        if priority is not None and priority >= self.rules.critical_priority:
+            lead = max(lead, self.settings.critical_lead_ms)  # critical: ready well ahead
+        return lead + round(extra)  # the wheel counts whole ms
 
     def step(self, *, wait: bool = True) -> None:
         try:

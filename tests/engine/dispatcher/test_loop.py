@@ -468,3 +468,31 @@ def queued_for_partitions() -> int:
             [sql.PARTITION_LOCK_CLASS],
         )
         return cursor.fetchone()[0]
+
+
+def test_a_critical_job_is_claimed_further_ahead_than_the_others(loops, publisher, settings):
+    """At or above the critical priority a job is claimed TEMPO_CRITICAL_LEAD_MS ahead
+    (its message and a worker thread ready at run time on busy cores); the others keep
+    the dispatch lead."""
+    settings.TEMPO = {
+        **settings.TEMPO,
+        "COORDINATION_SECONDS": 0.1,
+        "DISPATCH_LEAD_MS": 20,
+        "CRITICAL_LEAD_MS": 400,
+    }
+    run_at = timezone.now() + dt.timedelta(seconds=1.5)
+    normal = job_schedule(handler=HANDLER, run_at=run_at, priority=5)
+    critical = job_schedule(handler=HANDLER, run_at=run_at, priority=9)
+    loop = loops("d1", publisher)
+    loop.step(wait=False)
+    extra = loop.lead_ms() - 20  # the measured round trips, the same for both
+    assert loop.lead_ms(9) == 400 + extra and loop.lead_ms(5) == 20 + extra
+    run_until(lambda: len(publisher.claims) == 2, loop)
+    claimed = dict(Job.objects.filter(run_at=run_at).values_list("id", "claimed_at"))
+    normal_lead = run_at - claimed[normal.id]
+    critical_lead = run_at - claimed[critical.id]
+    assert critical_lead >= dt.timedelta(milliseconds=300)  # 400 ms ahead, give or take
+    assert normal_lead <= dt.timedelta(milliseconds=20 + extra + 2)
+    # never more than the dispatch lead for all: a critical lead below it is ignored
+    settings.TEMPO = {**settings.TEMPO, "CRITICAL_LEAD_MS": 5}
+    assert DispatcherLoop(name="d2", publisher=publisher).lead_ms(9) == 20

@@ -43,7 +43,7 @@ class DispatchContext:
     flush_counters: Callable[[], None]
     now_ms: Callable[[], float]  # the database clock, as estimated by the coordinator
     # How long before run_at to claim: the configured lead plus round trips to the database.
-    lead_ms: Callable[[], int]
+    lead_ms: Callable[..., int]  # (priority=None): critical jobs are claimed further ahead
     # The partitions the dispatcher serves now, sorted: owned, and those it hands over.
     owned: Callable[[], list[int]]
     # How many of this many due jobs of a queue may be claimed now (backpressure: the room

@@ -103,7 +103,7 @@ class DatabaseSource:
         self.context.flush_counters()  # scored events are written at once: a SIGKILL loses none
         for row in rows:
             self.routes[row.id] = Route(row.queue, row.priority, row.run_at_ms)
-            self.wheel.add(row.id, row.run_at_ms - self.context.lead_ms())
+            self.wheel.add(row.id, row.run_at_ms - self.context.lead_ms(row.priority))
         self._plan_next_poll(rows, now=now, limit=limit)
 
     def _plan_next_poll(self, rows: list[DueJob], *, now: float, limit: int) -> None:
@@ -161,12 +161,18 @@ class DatabaseSource:
         self.retry_at = at_ms if self.retry_at is None else min(self.retry_at, at_ms)
 
     def hold_due(self, jobs: list[tuple[int, Route]]) -> None:
-        """Jobs due now, learnt elsewhere (the Redis index): claimed from the next turn's
-        dispatch on, as the jobs of the wheel are."""
+        """Jobs taken ahead, learnt elsewhere (the Redis index, as far ahead as a critical
+        job's lead): claimed from the next turn's dispatch on once within their own lead,
+        as the jobs of the wheel are; until then, in the wheel."""
+        now = self.context.now_ms()
         for job_id, route in jobs:
             self.wheel.remove(job_id)
             self.routes[job_id] = route
-            self.ready.add(job_id, route)
+            claim_at = route.run_at_ms - self.context.lead_ms(route.priority)
+            if claim_at > now:
+                self.wheel.add(job_id, int(claim_at))
+            else:
+                self.ready.add(job_id, route)
 
     def announced(self, job_id: int, run_at_ms: int | None, route: Route | None = None) -> None:
         if run_at_ms is None:
@@ -175,10 +181,10 @@ class DatabaseSource:
             self.context.limited.remove(job_id)
             self.routes.pop(job_id, None)
         elif run_at_ms < self.horizon_ms:
-            self.routes[job_id] = route or default_route(run_at_ms)
+            route = self.routes[job_id] = route or default_route(run_at_ms)
             self.ready.remove(job_id)  # rescheduled: it waits for its new run time
             self.context.limited.remove(job_id)
-            self.wheel.add(job_id, run_at_ms - self.context.lead_ms())
+            self.wheel.add(job_id, run_at_ms - self.context.lead_ms(route.priority))
 
     def waiting(self) -> int:
         return len(self.ready) + self.context.limited.waiting()

@@ -35,6 +35,7 @@ from tasksapp.engine.dispatcher.routing import Route, default_route
 from tasksapp.engine.dispatcher.sources.base import MODE_UNREACHABLE, DispatchContext
 from tasksapp.engine.dispatcher.sources.database import DatabaseSource
 from tasksapp.engine.models import Dispatcher
+from tasksapp.engine.options import MAX_PRIORITY
 from tasksapp.engine.transitions import DueJob, job_poll_due
 
 log = logging.getLogger(__name__)
@@ -267,7 +268,7 @@ class RedisIndexSource:
         now = self.context.now_ms()
         taken = self.index.take(
             shards=sorted(self.indexed),
-            until_ms=int(now + self.context.lead_ms()),
+            until_ms=int(now + self._take_lead_ms()),
             lease_ms=self.lease_ms,
             limit=MAX_TAKE,
         )
@@ -279,12 +280,17 @@ class RedisIndexSource:
             self.index.ack(taken)
         self._plan_next_take(taken, now, full=len(ids) >= MAX_TAKE)
 
+    def _take_lead_ms(self) -> int:
+        """Take jobs as far ahead as the longest lead (a critical job's): the database
+        source holds the others in its wheel until their own lead."""
+        return self.context.lead_ms(MAX_PRIORITY)
+
     def _plan_next_take(self, taken: Taken, now: float, *, full: bool) -> None:
         check = now + self.settings.index_check_seconds * 1000
         if full:  # more may be due: again next turn
             self.next_take = now
         elif taken.next_ms is not None:
-            self.next_take = min(check, taken.next_ms - self.context.lead_ms())
+            self.next_take = min(check, taken.next_ms - self._take_lead_ms())
         else:
             self.next_take = check
 
@@ -321,7 +327,7 @@ class RedisIndexSource:
                     shard=shard, job_id=job_id, run_at_ms=run_at_ms, route=_index_route(route)
                 )
                 if added == 1:
-                    self.next_take = min(self.next_take, run_at_ms - self.context.lead_ms())
+                    self.next_take = min(self.next_take, run_at_ms - self._take_lead_ms())
                 elif added == 0:
                     self._lost_shards({shard})
         except redis.RedisError as exc:
