@@ -323,7 +323,8 @@ class DispatcherLoop:
         when the time comes (the handler waits for run_at; the start is guarded by the
         database clock): the configured lead, plus the round trips a claim, its message
         and the start take, counted from the measured round trip to the database. On a
-        local network that adds a millisecond or two; 25 ms away, some 300 ms."""
+        local network that adds a millisecond or two; 25 ms away, some 300 ms. A job of
+        `priority` at or above the critical one: TEMPO_CRITICAL_LEAD_MS, if longer."""
         round_trip = self.coordinator.clock.round_trip_ms if self.coordinator else 0.0
         extra = self.settings.dispatch_lead_round_trips * round_trip
         lead = self.settings.dispatch_lead_ms
