@@ -30,6 +30,15 @@ LEASE_S = 30.0
 DEATH_SEEN_BOUND_S = 8.0  # the dispatchers' check (1 s) and the reap, on a busy machine
 
 
+def returned_after(sql, ids: list[int], killed_at) -> float:
+    """Seconds from the kill to the last of these jobs' `lease_expired` entries."""
+    return sql.execute(
+        "SELECT max(extract(epoch FROM (e->>'at')::timestamptz - %s)) FROM tasksapp_job,"
+        " jsonb_array_elements(errors) AS e WHERE id = ANY(%s)",
+        [killed_at, ids],
+    ).fetchone()[0]
+
+
 def live_worker(sql, pid: int) -> None:
     wait_for(
         lambda: sql.execute(
@@ -68,13 +77,9 @@ def test_a_killed_workers_jobs_are_returned_at_once_in_every_mode(cluster, sql, 
     for mode, batch in ids.items():
         wait_for_outcome(sql, batch, mode, timeout=DEATH_SEEN_BOUND_S + 20)
         assert_killed_mid_run(sql, batch, mode)
-    returned_after = sql.execute(
-        "SELECT max(extract(epoch FROM (e->>'at')::timestamptz - %s)) FROM tasksapp_job,"
-        " jsonb_array_elements(errors) AS e WHERE id = ANY(%s)",
-        [killed_at, everything],
-    ).fetchone()[0]
-    print(f"notify {notify}: the killed worker's 6 jobs returned {returned_after:.2f} s after")
-    assert returned_after < DEATH_SEEN_BOUND_S < LEASE_S
+    after = returned_after(sql, everything, killed_at)
+    print(f"notify {notify}: the killed worker's 6 jobs returned {after:.2f} s after")
+    assert after < DEATH_SEEN_BOUND_S < LEASE_S
     time.sleep(2)
     assert states(sql, ids["at_most_once"]) == {"lost": 2}  # not run again
     # the death was found once, and its row says so
@@ -109,15 +114,6 @@ def test_a_frozen_worker_keeps_its_jobs_until_its_lease_runs_out(cluster, sql):
 
 RARE_CHECK_S = "120"  # the dispatchers' periodic look: far beyond every bound below
 HEARD_BOUND_S = 8.0  # the lease is 30 s and the next periodic look 120 s away
-
-
-def returned_after(sql, ids: list[int], killed_at) -> float:
-    """Seconds from the kill to the last of these jobs' `lease_expired` entries."""
-    return sql.execute(
-        "SELECT max(extract(epoch FROM (e->>'at')::timestamptz - %s)) FROM tasksapp_job,"
-        " jsonb_array_elements(errors) AS e WHERE id = ANY(%s)",
-        [killed_at, ids],
-    ).fetchone()[0]
 
 
 def watched(sql, pid: int) -> None:
