@@ -72,6 +72,11 @@ def queue_name(broker_url, settings):
     purge_queue(broker_url, name)
 
 
+# pg_locks spans the whole server, where the other pytest worker's database holds
+# advisory locks of the same classes and keys: a test counts its own database's only.
+THIS_DATABASE = "database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+
+
 def session_params() -> dict:
     """The test database's connection parameters, for a psycopg session of its own (a
     peer, a lingering holder of locks) beside Django's."""

@@ -9,7 +9,7 @@ import pytest
 
 from tasksapp.engine import sql
 from tasksapp.engine.lock_ring import LockRingWatcher, next_peer
-from tests.conftest import session_params
+from tests.conftest import THIS_DATABASE, session_params
 from tests.processes.support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,7 +34,7 @@ def holder(key: int) -> psycopg.Connection:
 def waiting_on(listener: psycopg.Connection, key: int) -> int:
     return listener.execute(
         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-        " AND classid = %s AND objid = %s::oid",
+        f" AND classid = %s AND objid = %s::oid AND {THIS_DATABASE}",
         [RING_CLASS, key],
     ).fetchone()[0]
 

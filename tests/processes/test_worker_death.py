@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tasksapp.engine.sql import WORKER_LOCK_CLASS
+from tests.conftest import THIS_DATABASE
 from tests.processes.inflight import (
     MODES,
     assert_killed_mid_run,
@@ -122,7 +123,7 @@ def watched(sql, pid: int) -> None:
         lambda: sql.execute(
             "SELECT count(*) FROM pg_locks l JOIN tasksapp_workerprocess w"
             " ON l.objid = w.liveness_key::oid WHERE w.pid = %s AND l.locktype = 'advisory'"
-            " AND l.classid = %s AND NOT l.granted",
+            f" AND l.classid = %s AND NOT l.granted AND l.{THIS_DATABASE}",
             [pid, WORKER_LOCK_CLASS],
         ).fetchone()[0],
         timeout=30,

@@ -19,7 +19,7 @@ from tasksapp.engine.dispatcher.loop import DispatcherLoop, split_batches
 from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState
 from tasksapp.engine.services import job_schedule
 from tasksapp.engine.transitions import Claim
-from tests.conftest import RecordingPublisher, session_params
+from tests.conftest import THIS_DATABASE, RecordingPublisher, session_params
 
 pytestmark = pytest.mark.django_db(transaction=True)
 HANDLER = "tests.handlers.recording.noop"
@@ -62,7 +62,7 @@ def waits_on(loop) -> bool:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-            " AND classid = %s AND objid = %s",
+            f" AND classid = %s AND objid = %s AND {THIS_DATABASE}",
             [sql.DISPATCHER_LOCK_CLASS, loop.record.id],
         )
         return cursor.fetchone()[0] > 0
@@ -464,7 +464,7 @@ def queued_for_partitions() -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory'"
-            " AND NOT granted AND classid = %s",
+            f" AND NOT granted AND classid = %s AND {THIS_DATABASE}",
             [sql.PARTITION_LOCK_CLASS],
         )
         return cursor.fetchone()[0]

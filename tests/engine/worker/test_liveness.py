@@ -12,10 +12,13 @@ from django.db import connection
 from django.utils import timezone
 
 from tasksapp.engine.models import Job, JobState, WorkerProcess
+from tasksapp.engine.sql import WORKER_LOCK_CLASS
 from tasksapp.engine.store.pg_session import session_connection_params
 from tasksapp.engine.transitions import job_expire_dead_workers
 from tasksapp.engine.worker.liveness import LivenessLock
+from tests.conftest import THIS_DATABASE
 from tests.factories import JobFactory
+from tests.processes.support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 FAR = dt.timedelta(minutes=10)
@@ -29,6 +32,23 @@ def running_job(worker: str) -> Job:
         lease_token=7,
         lease_expires_at=timezone.now() + FAR,
     )
+
+
+def lock_held(name: str) -> bool:
+    """Whether a session holds `name`'s liveness lock: a closed session's backend frees
+    it when it exits, a moment after the client has closed."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            f" AND classid = %s AND objid = hashtext(%s)::oid AND {THIS_DATABASE}",
+            [WORKER_LOCK_CLASS, name],
+        )
+        return cursor.fetchone()[0] > 0
+
+
+def found_dead() -> list[str]:
+    """The dead workers found, once the ended sessions' locks are gone."""
+    return wait_for(lambda: job_expire_dead_workers(grace=0), timeout=5, message="found dead")
 
 
 def lease_ended(job: Job) -> bool:
@@ -58,7 +78,7 @@ def test_a_worker_whose_session_ended_is_found_once_and_its_leases_end(locks):
     assert not lease_ended(job)
 
     lock.close()  # what the death of the process does to its session
-    assert job_expire_dead_workers(grace=0) == ["host:101"]
+    assert found_dead() == ["host:101"]
     assert lease_ended(job)
     assert not lease_ended(other)
     assert WorkerProcess.objects.get(name="host:101").liveness_key is None
@@ -75,6 +95,7 @@ def test_a_live_worker_a_worker_without_a_lock_and_a_restart_are_left_to_leases(
     assert dead.ensure()
     jobs.append(running_job("host:203"))
     dead.close()
+    wait_for(lambda: not lock_held("host:203"), timeout=5, message="the lock freed")
     assert job_expire_dead_workers(grace=10**9) == []
     assert not any(lease_ended(job) for job in jobs)
     assert job_expire_dead_workers(grace=0) == ["host:203"]
@@ -92,7 +113,7 @@ def test_a_lost_session_is_noticed_and_the_lock_taken_again(locks):
     lock = locks("host:401")
     pid = lock._conn.info.backend_pid
     with psycopg.connect(**session_connection_params(), autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        admin.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])  # and its exit
     assert lock.ensure()  # SELECT 1 fails on the ended session: a new one, the lock again
     assert lock._conn.info.backend_pid != pid
     assert job_expire_dead_workers(grace=0) == []
