@@ -1,6 +1,10 @@
 """Routing under load: a limited flood beside a stream of critical jobs, and a rate limit.
 
     python -m bench.routing [--flood 50000] [--limit 20] [--rate 200] [--rate-seconds 60]
+                            [--pool prefork|threads] [--concurrency N]
+
+Two dispatchers and two Celery workers, each worker as docker-compose.yml runs it by
+default (`-P prefork -c 8`) unless `--pool threads` (`-c 16`, as in earlier runs).
 
 0. Quiet: the critical stream below alone, for `--quiet-seconds`: its start lag without
    a flood, measured in the same run as the flood's, side by side. It follows
@@ -51,6 +55,9 @@ VALUES (%(name)s, false, %(limit)s, NULL, %(rate)s, 1.0, now())
 """
 
 
+DEFAULT_CONCURRENCY = {"prefork": 8, "threads": 16}
+
+
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--flood", type=int, default=50_000)
@@ -63,11 +70,26 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--rate-seconds", type=float, default=60.0)
     parser.add_argument("--dispatchers", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--concurrency", type=int, default=16, help="threads per worker")
+    parser.add_argument(
+        "--pool",
+        choices=("prefork", "threads"),
+        default="prefork",
+        help="the workers' pool (prefork: as docker-compose.yml runs them)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="processes (prefork, default 8, as docker-compose.yml) or threads (default 16)"
+        " per worker",
+    )
     parser.add_argument(
         "--lead-ms", type=int, default=None, help="TEMPO_DISPATCH_LEAD_MS (default: 40)"
     )
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.concurrency is None:
+        args.concurrency = DEFAULT_CONCURRENCY[args.pool]
+    return args
 
 
 def insert(conn, *, n: int, queue: str, priority: int, run_at, payload: dict) -> None:
@@ -270,7 +292,7 @@ def main() -> None:
                 cluster.worker(
                     f"w{i + 1}",
                     concurrency=args.concurrency,
-                    pool="threads",
+                    pool=args.pool,
                     queues=("default", "bulk", "critical", "api"),
                 )
             for i in range(args.dispatchers):
