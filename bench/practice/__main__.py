@@ -70,6 +70,13 @@ def parse() -> argparse.Namespace:
     )
     parser.add_argument("--threads", type=int, default=5, help="slots (executions) per worker")
     parser.add_argument(
+        "--pool",
+        choices=("threads", "prefork"),
+        default="threads",
+        help="each worker's slots as threads of one process, or as processes (prefork, as "
+        "docker-compose.yml runs workers); a SIGKILL ends the worker with its processes",
+    )
+    parser.add_argument(
         "--shared-workers",
         action="store_true",
         help="the earlier topology: --instances dispatchers and --workers Celery workers "
@@ -241,7 +248,7 @@ class Practice:
             )
 
     def _worker(self, name: str, concurrency: int) -> None:
-        self.cluster.worker(name, concurrency=concurrency)
+        self.cluster.worker(name, concurrency=concurrency, pool=self.args.pool)
         self.slots[name] = {"start": time.time(), "stop": None, "killed": False}
 
     def start(self, name: str) -> None:
@@ -275,7 +282,11 @@ class Practice:
     def running_on(self, worker: str) -> int:
         """Jobs the worker's handlers run now (their markers: bench/practice/handlers.py)."""
         pid = self.cluster.processes[worker].pid
-        return sum(1 for entry in os.scandir(self.inflight) if entry.name.startswith(f"{pid}."))
+        return sum(
+            1
+            for entry in os.scandir(self.inflight)
+            if _in_process_group(int(entry.name.split(".", 1)[0]), pid)
+        )
 
     def kill(self, name: str, sig: int, *, inflight: int | None) -> None:
         self.cluster.kill(name, sig)
@@ -292,7 +303,10 @@ class Practice:
         self._stop_worker(worker, signal.SIGKILL)
 
     def _stop_worker(self, worker: str, sig: int) -> None:
-        self.cluster.kill(worker, sig)
+        if sig == signal.SIGKILL:  # the whole instance: a prefork worker's processes too
+            os.killpg(self.cluster.processes[worker].pid, sig)
+        else:
+            self.cluster.kill(worker, sig)
         self.slots[worker].update(stop=time.time(), killed=sig == signal.SIGKILL)
 
     def run(self) -> None:
@@ -335,6 +349,15 @@ class Practice:
         instances = [Instance(**life, slots=slots) for life in self.slots.values()]
         delays = ideal_delays(run_at, instances)
         return efficient(delays), delays
+
+
+def _in_process_group(pid: int, group: int) -> bool:
+    """Whether `pid` is the worker `group` (each worker leads a session of its own) or one
+    of its pool's processes."""
+    try:
+        return os.getpgid(pid) == group
+    except ProcessLookupError:
+        return False
 
 
 def _batch_mode(args) -> bool:
