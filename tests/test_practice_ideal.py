@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from bench.practice.ideal import Instance, efficient, ideal_delays
+from bench.practice.ideal import Instance, efficient, excess_by_burst, ideal_delays
 
 WORK_MS = 83.0
 
@@ -61,3 +61,16 @@ def test_a_job_that_never_waits_scores_exactly_the_work():
     """Epoch seconds as the bench passes them: no float noise below 83 ms."""
     run_at = [1795570821.1 + 0.7 * i for i in range(50)]
     assert efficient(ideal_delays(run_at, [Instance(start=0.0)]))["efficient"] == 83
+
+
+def test_excess_is_grouped_by_how_many_jobs_were_due_together():
+    run_at = {1: 10.0, 2: 20.0, 3: 20.0, 4: 20.0, 5: 30.0}
+    ideal = {1: 83.0, 2: 83.0, 3: 83.0, 4: 166.0, 5: 83.0}
+    ours = {1: 84.0, 2: 85.0, 3: 87.0, 4: 176.0}  # job 5 never executed: not counted
+    rows = {row["jobs"]: row for row in excess_by_burst(run_at, ours, ideal)}
+    assert rows["due alone"]["n"] == 1
+    assert rows["due alone"]["excess_avg_ms"] == 1.0
+    assert rows["due 2-9 at once"]["n"] == 3
+    assert rows["due 2-9 at once"]["excess_avg_ms"] == 5.33  # (2 + 4 + 10) / 3
+    assert rows["due 2-9 at once"]["share_of_excess"] == 0.94  # 16 of 17 ms
+    assert "due 10+ at once" not in rows

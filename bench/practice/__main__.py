@@ -41,7 +41,7 @@ from tqdm import tqdm
 from bench.common import ROOT, BenchDatabase, bench_cluster, table, write_json
 from bench.practice import naive
 from bench.practice.handlers import EXECUTIONS_TABLE, INFLIGHT_DIR
-from bench.practice.ideal import Instance, efficient, ideal_delays
+from bench.practice.ideal import Instance, efficient, excess_by_burst, ideal_delays
 from bench.practice.workload import LIVE_LEAD_SECONDS, live_sleep, upfront_offsets
 
 HANDLER = "bench.practice.handlers.process_locked_job"
@@ -337,18 +337,17 @@ class Practice:
             process.wait(timeout=15)
         shutil.rmtree(self.inflight, ignore_errors=True)
 
-    def ideal(self) -> tuple[dict, list[float]]:
-        """The zero-overhead scheduler's score on these jobs and these workers' slots."""
-        run_at = [
-            float(r[0])
-            for r in self.ours_sql.execute(
-                f"SELECT extract(epoch FROM {PLANNED}) FROM tasksapp_job j"
-            ).fetchall()
-        ]
+    def ideal(self) -> tuple[dict, dict[int, float], dict[int, float]]:
+        """The zero-overhead scheduler's score on these jobs and these workers' slots; each
+        job's delay there and its planned run time, by job id."""
+        rows = self.ours_sql.execute(
+            f"SELECT j.id, extract(epoch FROM {PLANNED}) FROM tasksapp_job j"
+        ).fetchall()
+        run_at = {job: float(at) for job, at in rows}
         slots = self.args.threads
         instances = [Instance(**life, slots=slots) for life in self.slots.values()]
-        delays = ideal_delays(run_at, instances)
-        return efficient(delays), delays
+        delays = ideal_delays(list(run_at.values()), instances)
+        return efficient(delays), dict(zip(run_at, delays, strict=True)), run_at
 
 
 def _in_process_group(pid: int, group: int) -> bool:
@@ -434,6 +433,15 @@ def score_ours(conn) -> tuple[dict, list[float], dict]:
         reads=counters[2],
     )
     return result, delays, cross_check(conn, total, counters)
+
+
+def first_executions(conn) -> dict[int, float]:
+    """Each executed job's delay (ms, its first execution less its planned run time)."""
+    rows = conn.execute(f"""
+        SELECT j.id, extract(epoch FROM min(e.executed_at) - {PLANNED}) * 1000
+        FROM tasksapp_job j JOIN practice_execution e ON e.job_id = j.id
+        GROUP BY j.id""").fetchall()
+    return {job: float(delay) for job, delay in rows}
 
 
 def cross_check(conn, total: int, counters) -> dict:
@@ -566,7 +574,8 @@ def run_once(args, *, server: str = "") -> dict:
         finally:
             practice.stop()
         ours_result, ours_delays, check = score_ours(practice.ours_sql)
-        ideal, _ = practice.ideal()
+        ideal, ideal_by_job, run_at = practice.ideal()
+        excess = excess_by_burst(run_at, first_executions(practice.ours_sql), ideal_by_job)
         rerun = rerun_jobs(practice.ours_sql, practice.since)
         breakdown = phases(practice.ours_sql)
         rows = [{"scheduler": "tempo", **ours_result}, *ideal_rows(ours_result, ideal)]
@@ -592,6 +601,7 @@ def run_once(args, *, server: str = "") -> dict:
         "rerun": rerun,
         "cross_check": check,
         "phases": breakdown,
+        "excess_by_burst": excess,
         "timeline": practice.timeline,
         "upfront": practice.upfront,
         "live": practice.live,
@@ -667,7 +677,18 @@ def report(run: dict) -> None:
         )
     print(table([run["cross_check"]], list(run["cross_check"])))
     print(table(run["phases"], ["phase", "p50", "p95", "p99", "max", "avg"]))
+    print(table(run["excess_by_burst"], list(EXCESS_COLUMNS)))
     print("\n".join(run["timeline"]))
+
+
+EXCESS_COLUMNS = (
+    "jobs",
+    "n",
+    "excess_avg_ms",
+    "excess_p50_ms",
+    "excess_p95_ms",
+    "share_of_excess",
+)
 
 
 def _load(averages) -> str:

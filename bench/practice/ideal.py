@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -75,3 +76,33 @@ def efficient(delays: Sequence[float]) -> dict[str, float]:
     avg = int(statistics.fmean(delays)) if delays else 0
     stdev = statistics.stdev(delays) if len(delays) > 1 else 0.0
     return {"avg": avg, "stdev": round(stdev, 2), "efficient": round(avg + stdev, 2)}
+
+
+BURSTS = ((1, 1, "due alone"), (2, 9, "due 2-9 at once"), (10, math.inf, "due 10+ at once"))
+
+
+def excess_by_burst(
+    run_at: dict[int, float], ours: dict[int, float], ideal: dict[int, float]
+) -> list[dict]:
+    """Where a distance from the ideal comes from: per executed job, Tempo's delay less
+    the ideal's (ms), grouped by how many jobs were due at the same instant (to the ms)."""
+    together = Counter(round(at, 3) for at in run_at.values())
+    excess = {job: ours[job] - ideal[job] for job in run_at if job in ours}
+    total = sum(excess.values()) or 1e-9
+    rows = []
+    for low, high, name in BURSTS:
+        group = sorted(
+            e for job, e in excess.items() if low <= together[round(run_at[job], 3)] <= high
+        )
+        if group:
+            rows.append(
+                {
+                    "jobs": name,
+                    "n": len(group),
+                    "excess_avg_ms": round(statistics.fmean(group), 2),
+                    "excess_p50_ms": round(group[len(group) // 2], 2),
+                    "excess_p95_ms": round(group[int(len(group) * 0.95)], 2),
+                    "share_of_excess": round(sum(group) / total, 2),
+                }
+            )
+    return rows
