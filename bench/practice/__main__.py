@@ -444,6 +444,28 @@ def first_executions(conn) -> dict[int, float]:
     return {job: float(delay) for job, delay in rows}
 
 
+def job_rows(conn, since: float, ideal: dict[int, float]) -> list[list]:
+    """Every job, for a closer look: [due (s after the start), delay ms, the ideal's delay
+    ms, start lag ms (handler began − run time), attempts, the worker that ran it last]."""
+    rows = conn.execute(
+        f"""
+        SELECT j.id, extract(epoch FROM {PLANNED}) - %s,
+               extract(epoch FROM min(e.executed_at) - {PLANNED}) * 1000,
+               extract(epoch FROM j.started_at - {PLANNED}) * 1000, j.attempts, j.claimed_by
+        FROM tasksapp_job j LEFT JOIN practice_execution e ON e.job_id = j.id
+        GROUP BY j.id ORDER BY 2, 1""",
+        [since],
+    ).fetchall()
+    return [
+        [round(float(due), 3), _ms(delay), _ms(ideal.get(job)), _ms(lag), attempts, worker]
+        for job, due, delay, lag, attempts, worker in rows
+    ]
+
+
+def _ms(value) -> float | None:
+    return None if value is None else round(float(value), 2)
+
+
 def cross_check(conn, total: int, counters) -> dict:
     """The database's own view: scans of the jobs table, transactions per job."""
     table_stats = conn.execute("""
@@ -575,7 +597,9 @@ def run_once(args, *, server: str = "") -> dict:
             practice.stop()
         ours_result, ours_delays, check = score_ours(practice.ours_sql)
         ideal, ideal_by_job, run_at = practice.ideal()
-        excess = excess_by_burst(run_at, first_executions(practice.ours_sql), ideal_by_job)
+        executed = first_executions(practice.ours_sql)
+        excess = excess_by_burst(run_at, executed, ideal_by_job)
+        per_job = job_rows(practice.ours_sql, practice.since, ideal_by_job)
         rerun = rerun_jobs(practice.ours_sql, practice.since)
         breakdown = phases(practice.ours_sql)
         rows = [{"scheduler": "tempo", **ours_result}, *ideal_rows(ours_result, ideal)]
@@ -602,6 +626,7 @@ def run_once(args, *, server: str = "") -> dict:
         "cross_check": check,
         "phases": breakdown,
         "excess_by_burst": excess,
+        "jobs": per_job,
         "timeline": practice.timeline,
         "upfront": practice.upfront,
         "live": practice.live,
