@@ -435,18 +435,10 @@ def score_ours(conn) -> tuple[dict, list[float], dict]:
     return result, delays, cross_check(conn, total, counters)
 
 
-def first_executions(conn) -> dict[int, float]:
-    """Each executed job's delay (ms, its first execution less its planned run time)."""
-    rows = conn.execute(f"""
-        SELECT j.id, extract(epoch FROM min(e.executed_at) - {PLANNED}) * 1000
-        FROM tasksapp_job j JOIN practice_execution e ON e.job_id = j.id
-        GROUP BY j.id""").fetchall()
-    return {job: float(delay) for job, delay in rows}
-
-
-def job_rows(conn, since: float, ideal: dict[int, float]) -> list[list]:
-    """Every job, for a closer look: [due (s after the start), delay ms, the ideal's delay
-    ms, start lag ms (handler began − run time), attempts, the worker that ran it last]."""
+def job_rows(conn, since: float) -> dict[int, list]:
+    """Every job by id, for a closer look: [due (s after the start), delay ms (its first
+    execution), start lag ms (handler began − run time), attempts, the worker that ran it
+    last]."""
     rows = conn.execute(
         f"""
         SELECT j.id, extract(epoch FROM {PLANNED}) - %s,
@@ -456,10 +448,10 @@ def job_rows(conn, since: float, ideal: dict[int, float]) -> list[list]:
         GROUP BY j.id ORDER BY 2, 1""",
         [since],
     ).fetchall()
-    return [
-        [round(float(due), 3), _ms(delay), _ms(ideal.get(job)), _ms(lag), attempts, worker]
+    return {
+        job: [round(float(due), 3), _ms(delay), _ms(lag), attempts, worker]
         for job, due, delay, lag, attempts, worker in rows
-    ]
+    }
 
 
 def _ms(value) -> float | None:
@@ -597,9 +589,11 @@ def run_once(args, *, server: str = "") -> dict:
             practice.stop()
         ours_result, ours_delays, check = score_ours(practice.ours_sql)
         ideal, ideal_by_job, run_at = practice.ideal()
-        executed = first_executions(practice.ours_sql)
+        jobs = job_rows(practice.ours_sql, practice.since)
+        executed = {job: row[1] for job, row in jobs.items() if row[1] is not None}
         excess = excess_by_burst(run_at, executed, ideal_by_job)
-        per_job = job_rows(practice.ours_sql, practice.since, ideal_by_job)
+        # [due, delay, the ideal's delay, start lag, attempts, worker], by due time
+        per_job = [[*row[:2], _ms(ideal_by_job.get(job)), *row[2:]] for job, row in jobs.items()]
         rerun = rerun_jobs(practice.ours_sql, practice.since)
         breakdown = phases(practice.ours_sql)
         rows = [{"scheduler": "tempo", **ours_result}, *ideal_rows(ours_result, ideal)]

@@ -46,11 +46,6 @@ def lock_held(name: str) -> bool:
         return cursor.fetchone()[0] > 0
 
 
-def found_dead() -> list[str]:
-    """The dead workers found, once the ended sessions' locks are gone."""
-    return wait_for(lambda: job_expire_dead_workers(grace=0), timeout=5, message="found dead")
-
-
 def lease_ended(job: Job) -> bool:
     job.refresh_from_db()
     return job.lease_expires_at <= timezone.now()
@@ -78,7 +73,8 @@ def test_a_worker_whose_session_ended_is_found_once_and_its_leases_end(locks):
     assert not lease_ended(job)
 
     lock.close()  # what the death of the process does to its session
-    assert found_dead() == ["host:101"]
+    wait_for(lambda: not lock_held("host:101"), timeout=5, message="the lock freed")
+    assert job_expire_dead_workers(grace=0) == ["host:101"]
     assert lease_ended(job)
     assert not lease_ended(other)
     assert WorkerProcess.objects.get(name="host:101").liveness_key is None
