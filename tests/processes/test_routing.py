@@ -14,11 +14,12 @@ from tests.processes.support import outcome, wait_for
 pytestmark = pytest.mark.processes
 
 
-def worker_ready(conn) -> None:
+def worker_ready(conn, count: int = 1) -> None:
     wait_for(
-        lambda: conn.execute("SELECT count(*) FROM tasksapp_workerprocess").fetchone()[0],
+        lambda: conn.execute("SELECT count(*) FROM tasksapp_workerprocess").fetchone()[0]
+        >= count,
         timeout=30,
-        message="the worker's heartbeat",
+        message=f"{count} workers' heartbeats",
     )
 
 
@@ -100,11 +101,13 @@ def test_a_killed_workers_limited_slots_come_back(cluster, sql, worker_check):
     sql.execute("UPDATE tasksapp_job SET queue = 'sync' WHERE id = ANY(%s)", [blocking])
     waiting = insert_routed(sql, count=3, queue="sync", start=1)
     wait_until_running(sql, blocking)
-    time.sleep(2)
+    # The survivor is up before the kill, so its start-up is not counted in the wait.
+    cluster.worker("w2", concurrency=4, queues=("sync",))
+    worker_ready(sql, count=2)
+    time.sleep(1)
     assert succeeded(sql, waiting) == 0  # both slots held
     cluster.kill("w1")
     killed_at = sql.execute("SELECT clock_timestamp()").fetchone()[0]
-    cluster.worker("w2", concurrency=4, queues=("sync",))
     wait_succeeded(sql, waiting + blocking, timeout=60)
     first_begin = sql.execute(
         "SELECT extract(epoch FROM min(began_at) - %s) FROM test_runs", [killed_at]
