@@ -18,7 +18,10 @@ default (`-P prefork -c 8`) unless `--pool threads` (`-c 16`, as in earlier runs
    begin/end records (Redis), never from Tempo's rows.
 2. Rate: `--rate` starts a second on the queue "api", with a minute and a bit of jobs
    due at once; reported: starts in the first `--rate-seconds` s after the first, from
-   the handlers' records, against the limit.
+   the handlers' records, against the limit, and the CPU each part of the service
+   (dispatchers, workers, their pool processes, PostgreSQL, Redis) spent per job.
+
+`--phases` runs some of them (the rate alone: `--phases rate`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import psycopg
 import redis
 
 from bench.common import BROKER_URL, BenchDatabase, bench_cluster, summary, write_json
+from bench.cpu import cpu_by_part, cpu_spent
 
 SPAN = "bench.routing.handlers.span"
 INSERT = """
@@ -68,6 +72,10 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--warm-seconds", type=float, default=5.0)
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--rate-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--phases", default="quiet,flood,rate", help="which phases to run, comma separated"
+    )
+    parser.add_argument("--out", default="routing", help="results file: bench/results/<out>.json")
     parser.add_argument("--dispatchers", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
@@ -239,15 +247,17 @@ def flood_phase(args, db, conn, client, key: str) -> dict:
     }
 
 
-def rate_phase(args, conn, client, key: str) -> dict:
+def rate_phase(args, conn, client, key: str, cluster) -> dict:
     conn.execute(QUEUE, {"name": "api", "limit": None, "rate": args.rate})
     conn.execute("SELECT pg_notify('tempo_jobs', 'routing')")
     n = int(args.rate * (args.rate_seconds + 10))
     at = conn.execute("SELECT clock_timestamp() + interval '5 s'").fetchone()[0]
     insert(conn, n=n, queue="api", priority=5, run_at=at, payload={"record": f"{key}:api"})
+    cpu_before = cpu_by_part(cluster)
     deadline = time.time() + args.rate_seconds * 2 + 60
     while not all_ran(conn, client, f"{key}:api", "api", n) and time.time() < deadline:
         time.sleep(1)
+    cpu = cpu_spent(cpu_before, cpu_by_part(cluster))
     starts = sorted(began for _, began, _ in spans(client, f"{key}:api"))
     first = starts[0]
     in_window = sum(1 for t in starts if t < first + args.rate_seconds)
@@ -273,6 +283,9 @@ def rate_phase(args, conn, client, key: str) -> dict:
         "busiest_second": max(per_s),
         "quietest_second": min(per_s),
         "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        # CPU ms per job by part, over the whole phase (its jobs, its idle last seconds).
+        "cpu_ms_per_job": {part: round(1000 * s / n, 2) for part, s in cpu.items()},
+        "cpu_ms_per_job_total": round(1000 * sum(cpu.values()) / n, 2),
         "attempts_over_1": conn.execute(
             "SELECT count(*) FROM tasksapp_job WHERE queue = 'api' AND attempts <> 1"
         ).fetchone()[0],
@@ -298,18 +311,23 @@ def main() -> None:
             for i in range(args.dispatchers):
                 cluster.dispatcher(f"d{i + 1}")
             time.sleep(10)  # processes up, partitions shared
-            quiet = quiet_phase(args, db, conn, key)
-            print(json.dumps(quiet, indent=2), flush=True)
-            flood = flood_phase(args, db, conn, client, key)
-            print(json.dumps(flood, indent=2), flush=True)
-            rate = rate_phase(args, conn, client, key)
-            print(json.dumps(rate, indent=2), flush=True)
+            phases = args.phases.split(",")
+            quiet = flood = rate = None
+            if "quiet" in phases:
+                quiet = quiet_phase(args, db, conn, key)
+                print(json.dumps(quiet, indent=2), flush=True)
+            if "flood" in phases:
+                flood = flood_phase(args, db, conn, client, key)
+                print(json.dumps(flood, indent=2), flush=True)
+            if "rate" in phases:
+                rate = rate_phase(args, conn, client, key, cluster)
+                print(json.dumps(rate, indent=2), flush=True)
         finally:
             cluster.stop()
             for k in client.scan_iter(f"{key}*"):
                 client.delete(k)
     results = {"args": vars(args), "quiet": quiet, "flood": flood, "rate": rate}
-    path = write_json("routing", results)
+    path = write_json(args.out, results)
     print(f"written {path}", file=sys.stderr)
 
 

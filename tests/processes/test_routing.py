@@ -16,8 +16,7 @@ pytestmark = pytest.mark.processes
 
 def worker_ready(conn, count: int = 1) -> None:
     wait_for(
-        lambda: conn.execute("SELECT count(*) FROM tasksapp_workerprocess").fetchone()[0]
-        >= count,
+        lambda: conn.execute("SELECT count(*) FROM tasksapp_workerprocess").fetchone()[0] >= count,
         timeout=30,
         message=f"{count} workers' heartbeats",
     )
