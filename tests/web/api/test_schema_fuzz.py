@@ -84,9 +84,11 @@ def test_api_never_answers_5xx(case, operator_token):
     case.validate_response(response, checks=[not_a_server_error])
 
 
+# Fewer cases for a viewer: every write is refused before its input is read, so the
+# writes' inputs matter less than the operator's.
 @schema.parametrize()
 @settings(
-    max_examples=50,
+    max_examples=20,
     deadline=None,
     suppress_health_check=list(HealthCheck),
     derandomize=True,
