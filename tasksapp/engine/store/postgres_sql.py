@@ -95,10 +95,22 @@ FOR UPDATE SKIP LOCKED
 # before it) is held back, and of the rest at most `room` are claimed, and no more than
 # the queue's `limit` less its jobs claimed or running: highest priority first, then
 # earliest run_at. The candidates not claimed come back as held (claimed = false).
+#
+# The candidates are read, and the claimed updated, one primary-key probe per id, whatever
+# the statistics say: the LATERAL subquery (kept apart by OFFSET 0) has nothing but the
+# id to go by, and the update's state test, written `(...) IS TRUE`, does not imply the
+# due index's predicate, so that index is no path to the rows. Planned plainly, with
+# statistics that underrate the due rows (a table not yet analysed, a flood newer than
+# its statistics), each claim scanned every due row: 10 ms with 14,000 due rows, 270 ms
+# with 50,000, every 20-50 ms; probed, 2 ms either way (tests/engine/routing).
 CLAIM_LIMITED = f"""
 WITH candidates AS (
     SELECT j.id, j.priority, j.run_at, j.concurrency_key AS key
-    FROM unnest(%(ids)s::bigint[]) AS t(id) JOIN {JOB_TABLE} j ON j.id = t.id
+    FROM unnest(%(ids)s::bigint[]) AS t(id)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at, concurrency_key, state, queue
+        FROM {JOB_TABLE} WHERE id = t.id OFFSET 0
+    ) j
     WHERE j.state IN ({DUE}) AND j.queue = %(queue)s
       AND j.run_at <= clock_timestamp() + make_interval(secs => %(lead)s)
 ), busy_keys AS (
@@ -126,7 +138,7 @@ WITH candidates AS (
         claimed_at = clock_timestamp(),
         lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
     FROM allowed
-    WHERE j.id = allowed.id AND j.state IN ({DUE})
+    WHERE j.id = allowed.id AND (j.state IN ({DUE})) IS TRUE
     RETURNING j.id, j.lease_token AS token,
               (extract(epoch FROM j.run_at) * 1000)::float8 AS run_at_ms, j.queue
 )
