@@ -58,6 +58,15 @@ ORDER BY run_at, id
 LIMIT %(limit)s
 """
 
+# The hot statements (claim, start, success) reach their rows by one primary-key probe
+# per id, whatever the table's statistics say: their state tests are written
+# `(j.state ...) IS TRUE`, which does not imply the predicate of a partial index
+# (job_due_idx, job_lease_idx), so neither index is a path to the rows. Planned freely
+# with statistics that underrate the due or leased rows (a table not yet analysed, a
+# flood newer than its statistics), a statement for one id scanned every due or leased
+# row: 10-34 ms for a claim or a start where a probe takes 1 ms, 270 ms for a limited
+# claim (bench/claim_plan, tests/engine/test_statement_plans.py).
+#
 # The claim returns run_at in ms with its microseconds (a float): the dispatcher orders
 # and splits its batches by it. (The worker waits for the run_at its start returns.)
 # Joined with unnest, not `id = ANY(array)`: with tens of thousands of ids the latter
@@ -69,7 +78,7 @@ SET state = {CLAIMED}, lease_token = j.lease_token + 1, claimed_by = %(owner)s,
     lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
 FROM unnest(%(ids)s::bigint[]) AS t(id)
 WHERE j.id = t.id
-  AND j.state IN ({DUE})
+  AND (j.state IN ({DUE})) IS TRUE
   AND j.run_at <= clock_timestamp() + make_interval(secs => %(lead)s)
 RETURNING j.id, j.lease_token AS token,
           (extract(epoch FROM j.run_at) * 1000)::float8 AS run_at_ms, j.queue
@@ -96,13 +105,9 @@ FOR UPDATE SKIP LOCKED
 # the queue's `limit` less its jobs claimed or running: highest priority first, then
 # earliest run_at. The candidates not claimed come back as held (claimed = false).
 #
-# The candidates are read, and the claimed updated, one primary-key probe per id, whatever
-# the statistics say: the LATERAL subquery (kept apart by OFFSET 0) has nothing but the
-# id to go by, and the update's state test, written `(...) IS TRUE`, does not imply the
-# due index's predicate, so that index is no path to the rows. Planned plainly, with
-# statistics that underrate the due rows (a table not yet analysed, a flood newer than
-# its statistics), each claim scanned every due row: 10 ms with 14,000 due rows, 270 ms
-# with 50,000, every 20-50 ms; probed, 2 ms either way (tests/engine/routing).
+# The candidates are read, and the claimed updated, one primary-key probe per id (see
+# the hot statements above): the LATERAL subquery, kept apart by OFFSET 0, has nothing
+# but the id to go by.
 CLAIM_LIMITED = f"""
 WITH candidates AS (
     SELECT j.id, j.priority, j.run_at, j.concurrency_key AS key
@@ -186,7 +191,7 @@ SET state = {RUNNING}, attempts = j.attempts + 1,
     claimed_by = %(worker)s,
     lease_expires_at = greatest(j.run_at, clock_timestamp()) + make_interval(secs => %(ttl)s)
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
-WHERE j.id = t.id AND j.lease_token = t.token AND j.state = {CLAIMED}
+WHERE j.id = t.id AND j.lease_token = t.token AND (j.state = {CLAIMED}) IS TRUE
   AND j.run_at <= clock_timestamp() + make_interval(secs => %(lead)s)
 RETURNING {STARTED_OUTPUT}
 """
@@ -204,7 +209,7 @@ SET state = {SUCCEEDED}, finished_at = clock_timestamp(), result = t.result::jso
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::text[],
             %(began_ms)s::float8[])
      AS t(id, token, result, began_ms)
-WHERE j.id = t.id AND j.lease_token = t.token AND j.state = {RUNNING}
+WHERE j.id = t.id AND j.lease_token = t.token AND (j.state = {RUNNING}) IS TRUE
 RETURNING j.id
 """
 
