@@ -68,6 +68,14 @@ def _cursor(row_factory: RowFactory | None = None) -> Iterator[Any]:
         yield cursor
 
 
+def _in_lock_order(rows: Sequence[tuple]) -> list[tuple]:
+    """A worker's multi-row updates (start, success, renewal, release) lock their rows one
+    by one in the order of their ids (each statement probes them in array order): in
+    ascending id order, two of them over shared rows (a group's successes waiting for
+    its commit, the lease keeper's renewal) wait for each other instead of deadlocking."""
+    return sorted(rows, key=lambda row: row[0])
+
+
 def _partition_params(partitions: int, owned: Sequence[int]) -> dict[str, Any]:
     return {
         "partitions": partitions,
@@ -177,7 +185,7 @@ class PostgresJobStore(InsertsBySource):
     def start(
         self, *, claims: Sequence[tuple[int, int]], worker: str, ttl: float, lead: float
     ) -> list[StartedJob]:
-        ids, tokens = zip(*claims, strict=True)
+        ids, tokens = zip(*_in_lock_order(claims), strict=True)
         params = {"ids": list(ids), "tokens": list(tokens), "worker": worker, "ttl": ttl}
         sent = time.monotonic()
         with engine_cursor() as cursor:
@@ -188,10 +196,12 @@ class PostgresJobStore(InsertsBySource):
             return []
         named = [dict(zip(sql.STARTED_COLUMNS, row, strict=True)) for row in rows]
         clock = DatabaseTime(max(row["read_ms"] for row in named), received, sent)
+        sent_order = {job_id: i for i, (job_id, _) in enumerate(claims)}  # by run_at
+        named.sort(key=lambda row: sent_order[row["id"]])
         return [_started(row, clock) for row in named]
 
     def succeed(self, *, outcomes: Sequence[tuple[int, int, Any, float | None]]) -> set[int]:
-        ids, tokens, results, began_ms = zip(*outcomes, strict=True)
+        ids, tokens, results, began_ms = zip(*_in_lock_order(outcomes), strict=True)
         params = {
             "ids": list(ids),
             "tokens": list(tokens),
@@ -217,7 +227,7 @@ class PostgresJobStore(InsertsBySource):
             return cursor.fetchone() is not None
 
     def renew(self, *, leases: Sequence[tuple[int, int]], ttl: float) -> Renewed:
-        ids, tokens = zip(*leases, strict=True)
+        ids, tokens = zip(*_in_lock_order(leases), strict=True)
         with _cursor() as cursor:
             cursor.execute(
                 sql.RENEW_RUNNING, {"ids": list(ids), "tokens": list(tokens), "ttl": ttl}
@@ -237,7 +247,7 @@ class PostgresJobStore(InsertsBySource):
             return cursor.fetchone() is not None
 
     def release(self, *, leases: Sequence[tuple[int, int]]) -> int:
-        ids, tokens = zip(*leases, strict=True)
+        ids, tokens = zip(*_in_lock_order(leases), strict=True)
         with _cursor() as cursor:
             cursor.execute(sql.RELEASE_RUNNING, {"ids": list(ids), "tokens": list(tokens)})
             return cursor.rowcount

@@ -58,14 +58,16 @@ ORDER BY run_at, id
 LIMIT %(limit)s
 """
 
-# The hot statements (claim, start, success) reach their rows by one primary-key probe
-# per id, whatever the table's statistics say: their state tests are written
-# `(j.state ...) IS TRUE`, which does not imply the predicate of a partial index
-# (job_due_idx, job_lease_idx), so neither index is a path to the rows. Planned freely
-# with statistics that underrate the due or leased rows (a table not yet analysed, a
-# flood newer than its statistics), a statement for one id scanned every due or leased
-# row: 10-34 ms for a claim or a start where a probe takes 1 ms, 270 ms for a limited
-# claim (bench/claim_plan, tests/engine/test_statement_plans.py).
+# The hot statements (claim, start, success, renewal, release) reach their rows by one
+# primary-key probe per id, in the order of the ids given, whatever the table's
+# statistics say: their state tests are written `(j.state ...) IS TRUE`, which does not
+# imply the predicate of a partial index (job_due_idx, job_lease_idx), so neither index
+# is a path to the rows. Planned freely with statistics that underrate the due or leased
+# rows (a table not yet analysed, a flood newer than its statistics), a statement for
+# one id scanned every due or leased row: 10-37 ms for a claim or a start where a probe
+# takes 1 ms, 270 ms for a limited claim (bench/claim_plan,
+# tests/engine/test_statement_plans.py). The worker gives its ids in ascending order
+# (store.postgres._in_lock_order), so its statements lock rows in one order.
 #
 # The claim returns run_at in ms with its microseconds (a float): the dispatcher orders
 # and splits its batches by it. (The worker waits for the run_at its start returns.)
@@ -234,7 +236,7 @@ UPDATE {JOB_TABLE} j
 SET state = {SCHEDULED}, attempts = greatest(j.attempts - 1, 0), claimed_by = '',
     started_at = NULL, lease_expires_at = NULL
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
-WHERE j.id = t.id AND j.lease_token = t.token AND j.state = {RUNNING}
+WHERE j.id = t.id AND j.lease_token = t.token AND (j.state = {RUNNING}) IS TRUE
 """
 
 # The renewal also tells the worker which of its jobs an operator cancelled meanwhile.
@@ -242,7 +244,7 @@ RENEW_RUNNING = f"""
 UPDATE {JOB_TABLE} j
 SET lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
-WHERE j.id = t.id AND j.lease_token = t.token AND j.state = {RUNNING}
+WHERE j.id = t.id AND j.lease_token = t.token AND (j.state = {RUNNING}) IS TRUE
 RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested
 """
 
