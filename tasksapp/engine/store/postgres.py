@@ -70,9 +70,10 @@ def _cursor(row_factory: RowFactory | None = None) -> Iterator[Any]:
 
 def _in_lock_order(rows: Sequence[tuple]) -> list[tuple]:
     """A worker's multi-row updates (start, success, renewal, release) lock their rows one
-    by one in the order of their ids (each statement probes them in array order): in
-    ascending id order, two of them over shared rows (a group's successes waiting for
-    its commit, the lease keeper's renewal) wait for each other instead of deadlocking."""
+    by one in the order of their ids where they are planned as probes (few ids on a large
+    table: postgres_sql's hot statements): in ascending id order, two of them over shared
+    rows (a group's successes waiting for its commit, the lease keeper's renewal) wait for
+    each other instead of deadlocking."""
     return sorted(rows, key=lambda row: row[0])
 
 

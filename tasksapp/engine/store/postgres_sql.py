@@ -59,15 +59,16 @@ LIMIT %(limit)s
 """
 
 # The hot statements (claim, start, success, renewal, release) reach their rows by one
-# primary-key probe per id, in the order of the ids given, whatever the table's
-# statistics say: their state tests are written `(j.state ...) IS TRUE`, which does not
-# imply the predicate of a partial index (job_due_idx, job_lease_idx), so neither index
-# is a path to the rows. Planned freely with statistics that underrate the due or leased
-# rows (a table not yet analysed, a flood newer than its statistics), a statement for
-# one id scanned every due or leased row: 10-37 ms for a claim or a start where a probe
-# takes 1 ms, 270 ms for a limited claim (bench/claim_plan,
-# tests/engine/test_statement_plans.py). The worker gives its ids in ascending order
-# (store.postgres._in_lock_order), so its statements lock rows in one order.
+# primary-key probe per id, in the order of the ids given (unless the table is small
+# enough to read in one pass), whatever the table's statistics say: their state tests
+# are written `(j.state ...) IS TRUE`, which does not imply the predicate of a partial
+# index (job_due_idx, job_lease_idx), so neither index is a path to the rows. Planned
+# freely with statistics that underrate the due or leased rows (a table not yet
+# analysed, a flood newer than its statistics), a statement for one id scanned every
+# due or leased row: 10-37 ms for a claim or a start where a probe takes 1 ms, 270 ms
+# for a limited claim (bench/claim_plan, tests/engine/test_statement_plans.py). The
+# worker gives its ids in ascending order (store.postgres._in_lock_order), so its
+# statements lock rows in one order.
 #
 # The claim returns run_at in ms with its microseconds (a float): the dispatcher orders
 # and splits its batches by it. (The worker waits for the run_at its start returns.)
