@@ -9,8 +9,8 @@ For each count of jobs, a fresh table of that many jobs of the queue "api", then
 - stale statistics: analysed while all were finished, then all put in that state (a
   flood newer than the statistics).
 Statements: a limited queue's claim of 10 of 100 candidates (without and with a
-concurrency limit), a claim of 1 id, a start of 1 id. Each runs `--repeat` times in a
-transaction rolled back; the best time is reported, and the ratio.
+concurrency limit), a claim of 1 id and of 1,000, a start of 1 id. Each runs `--repeat`
+times in a transaction rolled back; the best time is reported, and the ratio.
 """
 
 from __future__ import annotations
@@ -81,6 +81,13 @@ def cases(sql, job_table: str) -> list[dict]:
             "params": lambda ids: {"ids": ids[:1], "owner": "bench", "ttl": 10, "lead": 0.04},
         },
         {
+            "name": "claim of 1,000 ids",
+            "state": "scheduled",
+            "probe": sql.CLAIM_DUE,
+            "plain": plain(sql.CLAIM_DUE, f"(j.state IN ({due})) IS TRUE", f"j.state IN ({due})"),
+            "params": lambda ids: {"ids": ids[:1000], "owner": "bench", "ttl": 10, "lead": 0.04},
+        },
+        {
             "name": "start of 1 id",
             "state": "claimed",
             "probe": sql.START_CLAIMED,
@@ -146,7 +153,7 @@ def main() -> None:
                     ids = [
                         r[0]
                         for r in conn.execute(
-                            f"SELECT id FROM {JOB_TABLE} ORDER BY id LIMIT 100"
+                            f"SELECT id FROM {JOB_TABLE} ORDER BY id LIMIT 1000"
                         ).fetchall()
                     ]
                     for case in cases(sql, JOB_TABLE):
