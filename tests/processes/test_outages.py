@@ -141,6 +141,34 @@ def test_redis_flushed_mid_run_loses_and_doubles_nothing(db_url, sql, private_re
         cluster.stop()
 
 
+def test_a_dispatcher_started_while_the_broker_is_down_waits_for_it(
+    db_url, sql, private_redis, tmp_path
+):
+    """A dispatcher (re)started during a broker outage stays up, out of the ring, and
+    dispatches once the broker is back (it once ended at its first broker call)."""
+    create_tables(sql)
+    private_redis.stop()
+    cluster = Cluster(
+        database_url=db_url, broker_url=private_redis.url, queue="tempo", logs=tmp_path
+    )
+    try:
+        cluster.dispatcher("d1")
+        wait_for(
+            lambda: "broker unreachable" in cluster.log("d1"),
+            timeout=60,
+            message="the dispatcher finding the broker away",
+        )
+        time.sleep(1)
+        assert cluster.processes["d1"].poll() is None
+        private_redis.start()
+        cluster.worker("w1", concurrency=4)
+        insert_jobs(sql, count=5, start=0.5, spread=1)
+        wait_for(lambda: outcome(sql).get("succeeded") == 5, timeout=60, message="5 succeeded")
+        assert set(effect_counts(sql).values()) == {1}
+    finally:
+        cluster.stop()
+
+
 def test_broker_down_claims_stay_bounded_and_everything_runs_when_it_returns(
     db_url, sql, private_redis, tmp_path
 ):

@@ -285,7 +285,10 @@ class DispatcherLoop:
         a late claim)."""
         warm = getattr(self.publisher, "warm_up", None)
         if warm:
-            warm()
+            try:
+                warm()
+            except self.broker_errors as exc:  # started while the broker is away: wait for it
+                self._broker_unreachable(exc)
         job_claim_due(ids=[-1], owner=self.name, ttl=0)
 
     def run(self) -> None:
