@@ -17,8 +17,8 @@ TICKS = os.sysconf("SC_CLK_TCK")
 SERVERS = {"postgres": "postgres", "redis-server": "redis"}
 
 
-def _stat(pid: str) -> tuple[str, int, int, float] | None:
-    """(command name, parent pid, session id, CPU seconds) of a live process."""
+def _stat(pid: str) -> tuple[str, int, float] | None:
+    """(command name, session id, CPU seconds) of a live process."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -26,7 +26,7 @@ def _stat(pid: str) -> tuple[str, int, int, float] | None:
     name = raw[raw.index("(") + 1 : raw.rindex(")")]
     fields = raw[raw.rindex(")") + 2 :].split()
     # After the name: state ppid pgrp session ... utime (12th) stime (13th).
-    return name, int(fields[1]), int(fields[3]), (int(fields[11]) + int(fields[12])) / TICKS
+    return name, int(fields[3]), (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def cpu_by_part(cluster) -> Counter[str]:
@@ -38,7 +38,7 @@ def cpu_by_part(cluster) -> Counter[str]:
         stat = _stat(pid)
         if stat is None:
             continue
-        name, _parent, session, seconds = stat
+        name, session, seconds = stat
         if session in sessions:
             part = sessions[session]
             spent[part if int(pid) == session else f"{part} pool"] += seconds
