@@ -50,25 +50,14 @@ def one_share(conn, ids: list[int], batch: int) -> dict[str, float]:
     for part in chunks(claims, batch):
         conn.execute(
             q.START_CLAIMED,
-            {
-                "worker": "floor",
-                "ttl": TTL_S,
-                "lead": LEAD_S,
-                "ids": [c[0] for c in part],
-                "tokens": [c[1] for c in part],
-            },
+            {"worker": "floor", "ttl": TTL_S, "lead": LEAD_S, **q.fenced_params(part)},
         ).fetchall()
     started = time.perf_counter()
     now_ms = time.time() * 1000
     for part in chunks(claims, batch):
         conn.execute(
             q.SUCCEED_RUNNING,
-            {
-                "ids": [c[0] for c in part],
-                "tokens": [c[1] for c in part],
-                "results": ["null"] * len(part),
-                "began_ms": [now_ms] * len(part),
-            },
+            q.outcome_params([(c[0], c[1], None, now_ms) for c in part]),
         ).fetchall()
     finished = time.perf_counter()
     return {"claim": claimed - began, "start": started - claimed, "finish": finished - started}

@@ -26,7 +26,7 @@ pytestmark = [
 
 def running_jobs(count: int) -> list[tuple[int, int]]:
     """(id, token) of `count` running jobs, among thousands of finished ones: a table on
-    which each statement probes its jobs one by one, in the order given."""
+    which each statement probes its jobs through the primary key, one by one."""
     with connection.cursor() as cursor:
         cursor.execute(INSERT_FINISHED, [3000])
         cursor.execute("ANALYZE tasksapp_job")

@@ -68,15 +68,6 @@ def _cursor(row_factory: RowFactory | None = None) -> Iterator[Any]:
         yield cursor
 
 
-def _in_lock_order(rows: Sequence[tuple]) -> list[tuple]:
-    """A worker's multi-row updates (start, success, renewal, release) lock their rows one
-    by one in the order of their ids where they are planned as probes (few ids on a large
-    table: postgres_sql's hot statements): in ascending id order, two of them over shared
-    rows (a group's successes waiting for its commit, the lease keeper's renewal) wait for
-    each other instead of deadlocking."""
-    return sorted(rows, key=lambda row: row[0])
-
-
 def _partition_params(partitions: int, owned: Sequence[int]) -> dict[str, Any]:
     return {
         "partitions": partitions,
@@ -186,8 +177,7 @@ class PostgresJobStore(InsertsBySource):
     def start(
         self, *, claims: Sequence[tuple[int, int]], worker: str, ttl: float, lead: float
     ) -> list[StartedJob]:
-        ids, tokens = zip(*_in_lock_order(claims), strict=True)
-        params = {"ids": list(ids), "tokens": list(tokens), "worker": worker, "ttl": ttl}
+        params = {**sql.fenced_params(claims), "worker": worker, "ttl": ttl}
         sent = time.monotonic()
         with engine_cursor() as cursor:
             cursor.execute(sql.START_CLAIMED, {**params, "lead": lead})
@@ -202,15 +192,8 @@ class PostgresJobStore(InsertsBySource):
         return [_started(row, clock) for row in named]
 
     def succeed(self, *, outcomes: Sequence[tuple[int, int, Any, float | None]]) -> set[int]:
-        ids, tokens, results, began_ms = zip(*_in_lock_order(outcomes), strict=True)
-        params = {
-            "ids": list(ids),
-            "tokens": list(tokens),
-            "results": [None if result is None else json.dumps(result) for result in results],
-            "began_ms": list(began_ms),
-        }
         with engine_cursor() as cursor:
-            cursor.execute(sql.SUCCEED_RUNNING, params)
+            cursor.execute(sql.SUCCEED_RUNNING, sql.outcome_params(outcomes))
             return {job_id for (job_id,) in cursor.fetchall()}
 
     def fail(self, attempt: FailedAttempt) -> bool:
@@ -228,11 +211,8 @@ class PostgresJobStore(InsertsBySource):
             return cursor.fetchone() is not None
 
     def renew(self, *, leases: Sequence[tuple[int, int]], ttl: float) -> Renewed:
-        ids, tokens = zip(*_in_lock_order(leases), strict=True)
         with _cursor() as cursor:
-            cursor.execute(
-                sql.RENEW_RUNNING, {"ids": list(ids), "tokens": list(tokens), "ttl": ttl}
-            )
+            cursor.execute(sql.RENEW_RUNNING, {**sql.fenced_params(leases), "ttl": ttl})
             rows = cursor.fetchall()
         return Renewed(len(rows), frozenset(job_id for job_id, cancel in rows if cancel))
 
@@ -248,9 +228,8 @@ class PostgresJobStore(InsertsBySource):
             return cursor.fetchone() is not None
 
     def release(self, *, leases: Sequence[tuple[int, int]]) -> int:
-        ids, tokens = zip(*_in_lock_order(leases), strict=True)
         with _cursor() as cursor:
-            cursor.execute(sql.RELEASE_RUNNING, {"ids": list(ids), "tokens": list(tokens)})
+            cursor.execute(sql.RELEASE_RUNNING, sql.fenced_params(leases))
             return cursor.rowcount
 
     def database_time(self) -> DatabaseTime:
