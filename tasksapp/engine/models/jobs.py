@@ -50,7 +50,10 @@ class Job(models.Model):
     retry_policy = models.JSONField(default=dict, blank=True)
     delivery = models.CharField(max_length=16, choices=Delivery, default=Delivery.TRANSACTIONAL)
     time_limit = models.FloatField(null=True, blank=True, help_text="Seconds per attempt.")
-    idempotency_key = models.CharField(max_length=200, unique=True, default=new_idempotency_key)
+    # Unique through a constraint in Meta, not `unique=True`: on PostgreSQL that would add
+    # a second, pattern-matching index of every key, written by every claim, start and
+    # finish and read by nothing.
+    idempotency_key = models.CharField(max_length=200, default=new_idempotency_key)
     # Routing (tasksapp.engine.options): the queue (its limits, its Celery queue), the
     # priority (0-9, higher claimed first) and the key its queue's per-key limit counts.
     queue = models.CharField(max_length=64, default="default", db_default="default")
@@ -95,6 +98,10 @@ class Job(models.Model):
             ),
         ]
         constraints = [
+            # The name of the unique constraint `unique=True` made: the same index.
+            models.UniqueConstraint(
+                fields=["idempotency_key"], name="tasksapp_job_idempotency_key_key"
+            ),
             models.CheckConstraint(condition=Q(attempts__gte=0), name="job_attempts_gte_0"),
             models.CheckConstraint(condition=Q(max_attempts__gte=1), name="job_max_attempts_gte_1"),
             models.CheckConstraint(
