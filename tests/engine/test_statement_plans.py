@@ -7,7 +7,9 @@ tokens went over all 250 for every row of the table (0.6-0.9 s on 10,000 rows;
 bench/claim_plan)."""
 
 import json
+import re
 
+import psycopg
 import pytest
 from django.db import connection
 
@@ -38,11 +40,28 @@ def stale_table(state: str) -> list[int]:
         return sorted(row[0] for row in cursor.fetchall())
 
 
-def explained(statement: str, params: dict) -> dict:
-    """The statement's executed plan."""
+def explained(statement: str, params: dict, *, generic: bool = False) -> dict:
+    """The statement's executed plan. `generic`: the plan made without the parameters'
+    values, as a prepared statement (the worker's start and success) gets after its
+    first executions."""
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
+        if not generic:
+            cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params)
+        else:
+            names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
+            numbered = statement
+            for number, name in enumerate(names, start=1):
+                numbered = numbered.replace(f"%({name})s", f"${number}")
+            cursor.execute(f"PREPARE generic_probe AS {numbered}")
+            cursor.execute("SET plan_cache_mode = force_generic_plan")
+            values = psycopg.ClientCursor(connection.connection).mogrify(
+                ", ".join(["%s"] * len(names)), [params[name] for name in names]
+            )
+            cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE generic_probe({values})")
         raw = cursor.fetchone()[0]
+        if generic:
+            cursor.execute("DEALLOCATE generic_probe")
+            cursor.execute("RESET plan_cache_mode")
     return (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
 
 
@@ -116,8 +135,9 @@ def test_a_claim_reaches_its_ids_by_primary_key(count):
     assert updated(plan) == count
 
 
+@pytest.mark.parametrize("generic", [False, True], ids=["custom plan", "generic plan"])
 @pytest.mark.parametrize("count", [1, 250, 2000])
-def test_a_start_a_renewal_and_a_success_reach_their_ids_by_primary_key(count):
+def test_a_start_a_renewal_and_a_success_reach_their_ids_by_primary_key(count, generic):
     ids = stale_table("claimed")[:count]
     leases = [(job_id, 0) for job_id in ids]
     start = {**sql.fenced_params(leases), "worker": "w1", "ttl": 6, "lead": 1}
@@ -128,7 +148,9 @@ def test_a_start_a_renewal_and_a_success_reach_their_ids_by_primary_key(count):
         (sql.RENEW_RUNNING, renewal),
         (sql.SUCCEED_RUNNING, success),
     ]:
-        plan = explained(statement, params)
+        plan = explained(statement, params, generic=generic)
+        conditions = " ".join(n.get("Index Cond", "") for n in job_table_reads(plan))
+        assert ("$" in conditions) == generic  # planned without the ids' values, or with them
         assert not scanned_partial_indexes(plan)
         assert by_primary_key(plan)
         assert linear(plan, count)
