@@ -84,6 +84,7 @@ LIMIT %(limit)s
 # The claim returns run_at in ms with its microseconds (a float): the dispatcher orders
 # and splits its batches by it. (The worker waits for the run_at its start returns.)
 TOKEN_OF_ROW = "(%(tokens)s::jsonb ->> j.id::text)::bigint"
+OUTCOME_OF_ROW = "(%(outcomes)s::jsonb -> j.id::text)"  # [token, began_ms, result]
 
 
 def fenced_params(leases) -> dict:
@@ -235,12 +236,11 @@ DB_CLOCK_MS = f"SELECT {CLOCK_MS} AS read_ms"
 SUCCEED_RUNNING = f"""
 UPDATE {JOB_TABLE} j
 SET state = {SUCCEEDED}, finished_at = clock_timestamp(),
-    result = nullif(%(outcomes)s::jsonb -> j.id::text -> 2, 'null'::jsonb),
-    started_at = coalesce(
-        to_timestamp((%(outcomes)s::jsonb -> j.id::text ->> 1)::float8 / 1000), j.started_at),
+    result = nullif({OUTCOME_OF_ROW} -> 2, 'null'::jsonb),
+    started_at = coalesce(to_timestamp(({OUTCOME_OF_ROW} ->> 1)::float8 / 1000), j.started_at),
     lease_expires_at = NULL
 WHERE j.id = ANY(%(ids)s::bigint[])
-  AND j.lease_token = (%(outcomes)s::jsonb -> j.id::text ->> 0)::bigint
+  AND j.lease_token = ({OUTCOME_OF_ROW} ->> 0)::bigint
   AND (j.state = {RUNNING}) IS TRUE
 RETURNING j.id
 """
