@@ -18,7 +18,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum, auto
 from queue import Empty, SimpleQueue
@@ -369,10 +369,21 @@ def stop_lease_keeper() -> None:
             _keeper = None
 
 
-def execute_batch(claims: Sequence[Sequence[int | float]]) -> int:
+def _nothing() -> None:
+    pass
+
+
+def execute_batch(
+    claims: Sequence[Sequence[int | float]], *, handlers_returned: Callable[[], None] = _nothing
+) -> int:
     """Run a batch of [job id, token, run_at in ms] sent by a dispatcher (the run_at
     there is informational: the start returns each job's own); returns the number of
     jobs started.
+
+    `handlers_returned` is called (perhaps more than once) as soon as every handler of
+    the batch has returned, before their outcomes are recorded and committed: the worker
+    may take its next message then, so that the next job's message is read from the broker
+    while this one's success commits.
 
     The jobs are started at once, usually some ms before their run time (the dispatcher
     claims ahead to hide the broker hop), and each handler waits for its run_at by the
@@ -389,7 +400,8 @@ def execute_batch(claims: Sequence[Sequence[int | float]]) -> int:
         keeper.hold(job)
     try:
         finished_ok: list[tuple[int, int, Any, float]] = []
-        results = _run_all(started, keeper)
+        results = _run_all(started, keeper, handlers_returned)
+        handlers_returned()
         for job, (status, outcome) in zip(started, results, strict=True):
             if status is RunOutcome.SUCCESS_TO_RECORD:
                 finished_ok.append(outcome)
@@ -449,15 +461,18 @@ _handler_pool: ThreadPoolExecutor | None = None
 _handler_pool_lock = threading.Lock()
 
 
-def _run_all(jobs: list[StartedJob], keeper: LeaseKeeper) -> list[tuple[RunOutcome, Any]]:
+def _run_all(
+    jobs: list[StartedJob], keeper: LeaseKeeper, handler_returned: Callable[[], None]
+) -> list[tuple[RunOutcome, Any]]:
     """Run a batch's handlers: one after another, or, with TEMPO_BATCH_PARALLELISM = N > 1,
     N side by side: the calling thread and N - 1 pool threads shared by the whole process
     (so a `-c 1` worker never runs more than N handlers at once). The calling thread takes
-    its share rather than waiting: one thread hand-off fewer between start and handler."""
+    its share rather than waiting: one thread hand-off fewer between start and handler.
+    A job alone calls `handler_returned` once its handler returns, before its commit."""
     parallelism = keeper.settings.batch_parallelism
     results: list[tuple[RunOutcome, Any]] = [(RunOutcome.FAILED, None)] * len(jobs)
     if len(jobs) == 1:  # nothing to share a transaction with: one of its own, no savepoint
-        results[0] = _run_one(jobs[0], keeper)
+        results[0] = _run_one(jobs[0], keeper, handler_returned)
         return results
     if parallelism <= 1 or len(jobs) <= 1:
         pending = iter(enumerate(jobs))
@@ -573,7 +588,9 @@ def _context(job: StartedJob, cancel: threading.Event) -> JobContext:
     )
 
 
-def _run_one(job: StartedJob, keeper: LeaseKeeper) -> tuple[RunOutcome, Any]:
+def _run_one(
+    job: StartedJob, keeper: LeaseKeeper, handler_returned: Callable[[], None] = _nothing
+) -> tuple[RunOutcome, Any]:
     """Run one job: (RECORDED_SUCCESS | FAILED | STOPPED, None), or
     (SUCCESS_TO_RECORD, outcome) for a success still to be recorded with the batch."""
     began_ms = None
@@ -582,7 +599,7 @@ def _run_one(job: StartedJob, keeper: LeaseKeeper) -> tuple[RunOutcome, Any]:
         handler = resolve_handler(job.handler)
         began_ms = _begin(job)
         if job.delivery == Delivery.TRANSACTIONAL:
-            _run_transactional(job, handler, began_ms, keeper)
+            _run_transactional(job, handler, began_ms, keeper, handler_returned)
             return RunOutcome.RECORDED_SUCCESS, None
         outcome = (job.id, job.token, _call(job, handler, began_ms, keeper), began_ms)
         keeper.returned(job.id, outcome)
@@ -655,9 +672,16 @@ def _call(
         raise ValueError(ERR_RESULT.format(reason=exc)) from exc
 
 
-def _run_transactional(job: StartedJob, handler, began_ms: float, keeper: LeaseKeeper) -> None:
+def _run_transactional(
+    job: StartedJob,
+    handler,
+    began_ms: float,
+    keeper: LeaseKeeper,
+    handler_returned: Callable[[], None] = _nothing,
+) -> None:
     with transaction.atomic():
         result = _call(job, handler, began_ms, keeper)
+        handler_returned()
         if not job_succeed(outcomes=[(job.id, job.token, result, began_ms)]):
             raise LeaseLost(job.id)
 

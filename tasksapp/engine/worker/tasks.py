@@ -1,5 +1,7 @@
 """Celery tasks: thin adapters over services."""
 
+import functools
+
 from celery import current_app, shared_task
 from celery.signals import worker_process_init, worker_ready
 from django.db import close_old_connections
@@ -15,23 +17,28 @@ from tasksapp.engine.worker.executor import (
     warm_handler_pool,
     warm_up,
 )
+from tasksapp.engine.worker.wakeup import free_slot
 
 RUN_JOBS = "tasksapp.run_jobs"
 
 
 # acks_late: a worker's prefetch window then counts running tasks, so it never holds a
-# message it cannot start while another worker is idle. Recovery does not depend on
-# redelivery (leases do); a redelivered message finds its job started and does nothing.
+# message it cannot start while another worker is idle. The slot is given back once the
+# task's handlers have returned, before their commit (`free_slot`): the next message waits
+# for that commit at most. Recovery does not depend on redelivery (leases do); a
+# redelivered message finds its job started and does nothing.
 @shared_task(
     name=RUN_JOBS,
+    bind=True,
     ignore_result=True,
     acks_late=True,
     Request="tasksapp.engine.worker.wakeup:WakingRequest",
 )
-def run_jobs(claims: list[list[int]]) -> int:
+def run_jobs(self, claims: list[list[int]]) -> int:
     """Run a batch of claimed jobs: [[job id, fencing token, run_at ms], ...]."""
     close_old_connections()  # drop a broken or too old connection, keep a healthy one
-    return execute_batch(claims)
+    slot = functools.partial(free_slot, self.request.id)
+    return execute_batch(claims, handlers_returned=slot)
 
 
 def _served_queues() -> list[str]:

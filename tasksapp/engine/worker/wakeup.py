@@ -6,6 +6,12 @@ epoll and the next due job waits in Redis for the next unrelated timer (up to se
 A self-pipe registered with the hub, written whenever a task starts and once its message
 is acknowledged (the moment its prefetch slot frees), lets the hub read the broker again
 at once, without a polling tick that would wake every idle worker a hundred times a second.
+
+A slot is given back as soon as its task's handlers have returned (`free_slot`), not
+after their successes commit: the next message is read from the broker, and handed to
+the pool, while the commit runs, and the pool thread takes it the moment it is free. The
+message is acknowledged then, which is safe: recovery never depends on redelivery (a
+running job's lease does it).
 """
 
 from __future__ import annotations
@@ -18,6 +24,9 @@ from celery.signals import task_postrun, task_prerun
 from celery.worker.request import Request
 
 _wake_fd: int | None = None
+# The requests whose tasks this process's pool threads run, by task id. (In a prefork
+# child it stays empty: the parent holds the requests and acknowledges them.)
+_in_pool: dict[str, WakingRequest] = {}
 
 
 class HubWakeup(bootsteps.StartStopStep):
@@ -51,14 +60,32 @@ def _wake(**kwargs) -> None:
             os.write(_wake_fd, b"\0")
 
 
+def free_slot(task_id: str | None) -> None:
+    """The task's handlers have returned: acknowledge its message now (once; Celery's own
+    acknowledgement after the task is then a no-op), which frees its prefetch slot and
+    wakes the hub to read the next message."""
+    request = _in_pool.get(task_id) if task_id else None
+    if request is not None:
+        request.acknowledge()
+
+
 class WakingRequest(Request):
     """With acks_late the prefetch slot frees when the message is acknowledged (or
-    rejected), on the pool thread after task_postrun: wake the hub then too."""
+    rejected), on the pool thread after task_postrun or at `free_slot`: wake the hub then
+    too."""
+
+    def on_accepted(self, pid, time_accepted) -> None:
+        # Called where the task is about to run: on its pool thread (or, in a prefork
+        # worker, in the parent when a child reports it took the task).
+        _in_pool[self.id] = self
+        super().on_accepted(pid, time_accepted)
 
     def acknowledge(self) -> None:
+        _in_pool.pop(self.id, None)
         super().acknowledge()
         _wake()
 
     def reject(self, requeue: bool = False) -> None:
+        _in_pool.pop(self.id, None)
         super().reject(requeue=requeue)
         _wake()
