@@ -11,9 +11,8 @@ from tests.processes.support import effect_counts, insert_jobs, outcome, wait_fo
 pytestmark = pytest.mark.processes
 
 
-def test_a_busy_worker_takes_its_next_message_as_soon_as_a_job_ends(cluster, sql):
-    """One slot, a queue of messages: each job starts right after the previous one ends
-    (the freed prefetch slot wakes the worker's event loop; nothing polls for it)."""
+def _dispatcher_and_one_slot(cluster, sql) -> None:
+    """A dispatcher and a worker of one slot, the worker ready."""
     cluster.dispatcher("d1")
     cluster.worker("w1", concurrency=1)
     wait_for(
@@ -21,6 +20,12 @@ def test_a_busy_worker_takes_its_next_message_as_soon_as_a_job_ends(cluster, sql
         timeout=20,
         message="worker ready",
     )
+
+
+def test_a_busy_worker_takes_its_next_message_as_soon_as_a_job_ends(cluster, sql):
+    """One slot, a queue of messages: each job starts right after the previous one ends
+    (the freed prefetch slot wakes the worker's event loop; nothing polls for it)."""
+    _dispatcher_and_one_slot(cluster, sql)
     insert_jobs(sql, count=6, start=3, spread=0.6, handler="tests.handlers.recording.record_slowly")
     wait_for(lambda: outcome(sql).get("succeeded") == 6, timeout=30, message="6 jobs done")
     gaps = [
@@ -58,13 +63,7 @@ def test_a_handler_that_exits_fails_its_attempt_and_the_worker_goes_on(cluster, 
 def _one_slot_two_jobs(cluster, sql) -> tuple[int, int]:
     """A worker of one slot; two slow jobs 0.1 s apart: (the first, the second), the first
     running."""
-    cluster.dispatcher("d1")
-    cluster.worker("w1", concurrency=1)
-    wait_for(
-        lambda: sql.execute("SELECT count(*) FROM tasksapp_workerprocess").fetchone()[0],
-        timeout=20,
-        message="worker ready",
-    )
+    _dispatcher_and_one_slot(cluster, sql)
     insert_jobs(sql, count=2, start=2, spread=0.2, handler="tests.handlers.recording.record_slowly")
     first, second = (r[0] for r in sql.execute("SELECT id FROM tasksapp_job ORDER BY run_at"))
     wait_for(lambda: _state(sql, first) == "running", timeout=20, message="first job running")
