@@ -1,10 +1,8 @@
 """The work of a practice job, as in the exercise's JobsRepo.ProcessLockedJob: wait
 83 ms, then record the execution time (the exercise's ExecuteAt) with the database
-clock. One row per execution, written in the job's own transaction (the default,
-transactional delivery): a row is kept only with the job's success, so a job whose effects
-committed twice would show two rows, and an attempt cut short by a SIGKILL shows none.
-The moment the handler began (this process's clock, the same machine's) is kept beside
-it, to tell the engine's overhead from the work's own.
+clock. One row per execution, outside the job's transaction, so a job executed twice
+would show two rows. The moment the handler began (this process's clock, the same
+machine's) is kept beside it, to tell the engine's overhead from the work's own.
 
 While the work runs, a marker file `<pid>.<job id>` sits in the folder named by
 PRACTICE_INFLIGHT_DIR (when set), so the bench can kill a worker that has work in flight."""
