@@ -16,7 +16,10 @@ the trees are compared in the same sitting.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -24,6 +27,7 @@ from pathlib import Path
 
 from bench.common import BenchDatabase, bench_cluster, summary, table, write_json
 from bench.practice.handlers import EXECUTIONS_TABLE
+from tests.processes.support import outcome, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDLER = "bench.practice.handlers.process_locked_job"
@@ -65,7 +69,11 @@ def run_once(args) -> dict:
         try:
             cluster.dispatcher("d1")
             cluster.worker("w1", concurrency=args.slots)
-            _wait_for_worker(conn)
+            wait_for(
+                lambda: conn.execute("SELECT count(*) FROM tasksapp_workerprocess").fetchone()[0],
+                timeout=30,
+                message="the worker ready",
+            )
             first_due = time.time() + 3
             for index in range(args.rounds):
                 due = first_due + index * GAP_SECONDS
@@ -73,7 +81,13 @@ def run_once(args) -> dict:
                     INSERT_ROUND,
                     {"handler": HANDLER, "run_at": _at(due), "count": 2 * args.slots},
                 )
-            _wait_for_all(conn, 2 * args.slots * args.rounds, until=due + 30)
+            total = 2 * args.slots * args.rounds
+            wait_for(
+                lambda: outcome(conn).get("succeeded", 0) >= total,
+                timeout=due + 30 - time.time(),
+                interval=0.5,
+                message=f"all {total} jobs succeeded",
+            )
             rows = conn.execute(JOBS).fetchall()
         finally:
             cluster.stop()
@@ -106,37 +120,13 @@ def _ms(delta) -> float:
     return delta.total_seconds() * 1000
 
 
-def _at(epoch: float):
-    import datetime as dt
-
+def _at(epoch: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(epoch, tz=dt.UTC)
-
-
-def _wait_for_worker(conn) -> None:
-    deadline = time.monotonic() + 30
-    while not conn.execute("SELECT count(*) FROM tasksapp_workerprocess").fetchone()[0]:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the worker did not start")
-        time.sleep(0.2)
-
-
-def _wait_for_all(conn, total: int, *, until: float) -> None:
-    while time.time() < until:
-        done = conn.execute(
-            "SELECT count(*) FROM tasksapp_job WHERE state = 'succeeded'"
-        ).fetchone()[0]
-        if done >= total:
-            return
-        time.sleep(0.5)
-    raise RuntimeError(f"not every job succeeded by the deadline ({done} of {total})")
 
 
 def in_tree(tree: str, args) -> dict:
     """One run in a checkout, with this interpreter; its gaps as JSON. A checkout older
     than this bench gets a copy of it (its own code is what is measured)."""
-    import json
-    import shutil
-
     if not (Path(tree) / "bench" / "handover").exists():
         shutil.copytree(Path(__file__).parent, Path(tree) / "bench" / "handover")
     command = [sys.executable, "-m", "bench.handover", "--one", "--slots", str(args.slots)]
@@ -149,8 +139,6 @@ def in_tree(tree: str, args) -> dict:
 def main() -> None:
     args = parse()
     if args.one:
-        import json
-
         print(json.dumps(run_once(args)))
         return
     trees = args.trees or [str(ROOT)]

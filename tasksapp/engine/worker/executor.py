@@ -677,7 +677,7 @@ def _run_transactional(
     handler,
     began_ms: float,
     keeper: LeaseKeeper,
-    handler_returned: Callable[[], None] = _nothing,
+    handler_returned: Callable[[], None],
 ) -> None:
     with transaction.atomic():
         result = _call(job, handler, began_ms, keeper)

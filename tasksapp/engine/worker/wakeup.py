@@ -64,7 +64,7 @@ def free_slot(task_id: str | None) -> None:
     """The task's handlers have returned: acknowledge its message now (once; Celery's own
     acknowledgement after the task is then a no-op), which frees its prefetch slot and
     wakes the hub to read the next message."""
-    request = _in_pool.get(task_id) if task_id else None
+    request = _in_pool.get(task_id)  # None when the task was called directly
     if request is not None:
         request.acknowledge()
 
