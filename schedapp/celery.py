@@ -24,9 +24,10 @@ app.conf.task_routes = (_route_to_tempo_queue,)
 
 
 def _install_worker_steps() -> None:
-    from tasksapp.engine.worker.wakeup import HubWakeup
+    from tasksapp.engine.worker.wakeup import HubWakeup, HubWakeupReader
 
     app.steps["worker"].add(HubWakeup)
+    app.steps["consumer"].add(HubWakeupReader)
 
 
 _install_worker_steps()

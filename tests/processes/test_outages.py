@@ -229,6 +229,39 @@ def test_broker_down_claims_stay_bounded_and_everything_runs_when_it_returns(
         cluster.stop()
 
 
+def test_a_worker_back_from_a_broker_restart_reads_its_queue_as_soon_as_a_slot_frees(
+    db_url, sql, private_redis, tmp_path
+):
+    """The event loop forgets every reader when its broker connection drops. A worker of one
+    slot, once reconnected, must still read its next message when its task finishes, not
+    at the loop's next timer (seconds): jobs due 50 ms apart start on time, one by one."""
+    create_tables(sql)
+    cluster = Cluster(
+        database_url=db_url, broker_url=private_redis.url, queue="tempo", logs=tmp_path
+    )
+    try:
+        cluster.dispatcher("d1")
+        cluster.worker("w1", concurrency=1)
+        insert_jobs(sql, count=1, start=0.2, spread=0.1)
+        wait_for(lambda: outcome(sql).get("succeeded") == 1, timeout=60, message="connected")
+        private_redis.stop()
+        time.sleep(1)  # the worker has seen its connection drop
+        private_redis.start()
+        insert_jobs(sql, count=1, start=0.2, spread=0.1)
+        wait_for(lambda: outcome(sql).get("succeeded") == 2, timeout=60, message="reconnected")
+
+        insert_jobs(sql, count=12, start=1.0, spread=0.6)
+        wait_for(lambda: outcome(sql).get("succeeded") == 14, timeout=90, message="all ran")
+        latest = sql.execute(
+            "SELECT max(extract(epoch FROM started_at - run_at)) FROM tasksapp_job"
+        ).fetchone()[0]
+        # Woken only by its timers, the worker starts these 12 jobs ~2 s apart.
+        assert latest < 3, f"a job started {latest:.2f} s after its run time"
+        assert set(effect_counts(sql).values()) == {1}
+    finally:
+        cluster.stop()
+
+
 def test_postgres_restarted_mid_run_loses_and_doubles_nothing(
     private_postgres, broker_url, tmp_path
 ):

@@ -23,6 +23,7 @@ from celery import bootsteps
 from celery.signals import task_postrun, task_prerun
 from celery.worker.request import Request
 
+_wake_read_fd: int | None = None
 _wake_fd: int | None = None
 # The requests whose tasks this process's pool threads run, by task id. (In a prefork
 # child it stays empty: the parent holds the requests and acknowledges them.)
@@ -30,18 +31,30 @@ _in_pool: dict[str, WakingRequest] = {}
 
 
 class HubWakeup(bootsteps.StartStopStep):
+    """A worker step: the self-pipe, made once per worker before its pool starts."""
+
     requires = {"celery.worker.components:Hub"}
 
     def start(self, worker) -> None:
-        global _wake_fd
-        hub = getattr(worker, "hub", None)
-        if hub is None:
+        global _wake_read_fd, _wake_fd
+        if getattr(worker, "hub", None) is None:
             return
         read_fd, write_fd = os.pipe()
         os.set_blocking(read_fd, False)
         os.set_blocking(write_fd, False)
-        hub.add_reader(read_fd, _drain, read_fd)
-        _wake_fd = write_fd
+        _wake_read_fd, _wake_fd = read_fd, write_fd
+
+
+class HubWakeupReader(bootsteps.StartStopStep):
+    """A consumer step: the pipe read by the hub, registered each time the consumer starts.
+    A lost broker connection resets the hub, which forgets every reader; without this the
+    reconnected worker would read its queue only at its timers, one message every 2 s."""
+
+    requires = {"celery.worker.consumer.connection:Connection"}
+
+    def start(self, consumer) -> None:
+        if consumer.hub is not None and _wake_read_fd is not None:
+            consumer.hub.add_reader(_wake_read_fd, _drain, _wake_read_fd)
 
 
 def _drain(read_fd: int) -> None:
