@@ -282,6 +282,11 @@ elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
         "socket_connect_timeout": env.float("TEMPO_BROKER_CONNECT_TIMEOUT_SECONDS", default=3.0),
         "socket_timeout": env.float("TEMPO_BROKER_SOCKET_TIMEOUT_SECONDS", default=3.0),
         "socket_keepalive": True,
+        # Kombu's acknowledgement emulation keeps a copy of every message taken in a Redis
+        # hash until it is acknowledged, to hand it out again an hour after a lost worker.
+        # Tempo never needs that (a lost message's job comes back through its lease), and
+        # the copy costs two Redis writes a message on the worker's event loop.
+        "ack_emulation": env.bool("TEMPO_BROKER_ACK_EMULATION", default=False),
     }
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
