@@ -26,6 +26,7 @@ from tasksapp.engine.store.rows import (
     FailedAttempt,
     PollWindow,
     QueueLimits,
+    Reaped,
     Renewed,
     StartedJob,
 )
@@ -133,10 +134,10 @@ def _rate_allowance(limits: QueueLimits, wanted: int) -> tuple[int, float]:
     )
 
 
-def job_reap_expired(*, partitions: int, owned: Sequence[int]) -> tuple[int, int | None]:
-    """Return expired leases in the owned partitions; (reaped, next expiry in ms or None)."""
-    reaped = job_store().reap_expired(partitions=partitions, owned=owned, error=LEASE_EXPIRED_ERROR)
-    return reaped.count, reaped.next_expiry_ms
+def job_reap_expired(*, partitions: int, owned: Sequence[int]) -> Reaped:
+    """Return expired leases in the owned partitions: how many, those due again at once,
+    and the next expiry (ms) there."""
+    return job_store().reap_expired(partitions=partitions, owned=owned, error=LEASE_EXPIRED_ERROR)
 
 
 def job_expire_dead_workers(*, grace: float) -> list[str]:

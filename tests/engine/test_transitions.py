@@ -8,6 +8,7 @@ from django.db import connection
 from django.utils import timezone
 
 from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.store.rows import ms_whole
 from tasksapp.engine.transitions import (
     LEASE_EXPIRED_ERROR,
     START_LEAD_SECONDS,
@@ -130,10 +131,12 @@ def test_reaper_returns_a_claimed_job_whose_message_was_lost():
     job = JobFactory()
     claim = claim_one(job)
     expire(job)
-    reaped, _ = job_reap_expired(partitions=16, owned=ALL)
-    assert reaped == 1
+    reaped = job_reap_expired(partitions=16, owned=ALL)
+    assert reaped.count == 1
     job.refresh_from_db()
     assert job.state == JobState.SCHEDULED and job.attempts == 0
+    # Due again at once, with what a dispatcher needs to hold it.
+    assert reaped.due == [[job.id, ms_whole(job.run_at), job.priority, job.queue]]
     # The stale message can no longer start it.
     assert job_start(claims=[(job.id, claim.token)], worker="w", ttl=5) == []
 
@@ -155,9 +158,13 @@ def test_reaper_handles_a_lost_running_job_per_delivery_mode(
     job_start(claims=[(job.id, claim.token)], worker="w", ttl=5)
     Job.objects.filter(id=job.id).update(attempts=attempts)
     expire(job)
-    assert job_reap_expired(partitions=16, owned=ALL)[0] == 1
+    reaped = job_reap_expired(partitions=16, owned=ALL)
+    assert reaped.count == 1
     job.refresh_from_db()
     assert job.state == expected
+    # Only a retry is due again; a lost or dead job is not.
+    retried = [[job.id, ms_whole(job.run_at), job.priority, job.queue]]
+    assert reaped.due == (retried if expected == JobState.FAILED else [])
     assert job.last_error == LEASE_EXPIRED_ERROR
     assert job.errors[-1]["kind"] == "lease_expired"
     # The worker that lost the lease can no longer finish it.
@@ -172,10 +179,9 @@ def test_reaper_only_touches_owned_partitions_and_reports_the_next_expiry():
         lease_expires_at=timezone.now() - dt.timedelta(seconds=1)
     )
     other = [p for p in ALL if p != jobs[0].id % 16]
-    reaped, next_ms = job_reap_expired(partitions=16, owned=other)
-    assert reaped == 0 and next_ms is not None
-    reaped, _ = job_reap_expired(partitions=16, owned=[jobs[0].id % 16])
-    assert reaped == 1
+    reaped = job_reap_expired(partitions=16, owned=other)
+    assert reaped.count == 0 and reaped.next_expiry_ms is not None and reaped.due == []
+    assert job_reap_expired(partitions=16, owned=[jobs[0].id % 16]).count == 1
 
 
 def test_poll_pages_through_jobs_that_share_one_run_time():

@@ -24,7 +24,7 @@ from tests.processes.inflight import (
     wait_for_outcome,
     wait_until_running,
 )
-from tests.processes.support import wait_for
+from tests.processes.support import partitions_by_session, wait_for
 
 pytestmark = pytest.mark.processes
 LEASE_S = 30.0
@@ -54,8 +54,8 @@ def live_worker(sql, pid: int) -> None:
 
 @pytest.mark.parametrize("notify", ["true", "false"], ids=["notify", "polling-only"])
 def test_a_killed_workers_jobs_are_returned_at_once_in_every_mode(cluster, sql, notify):
-    """With notifications the dispatcher that finds the death returns the jobs of every
-    partition; polling only, each owner returns its own at its next check and polls."""
+    """The dispatcher that finds the death returns the jobs of every partition; with
+    notifications their owners hear of them, polling only it claims them itself."""
     cluster.env.update(
         TEMPO_RUN_LEASE_SECONDS=str(LEASE_S),
         TEMPO_DISPATCH_NOTIFY=notify,
@@ -88,6 +88,41 @@ def test_a_killed_workers_jobs_are_returned_at_once_in_every_mode(cluster, sql, 
         "SELECT liveness_key FROM tasksapp_workerprocess WHERE pid = %s",
         [cluster.processes["w1"].pid],
     ).fetchone() == (None,)
+
+
+def test_polling_only_the_dispatcher_that_finds_a_death_runs_the_jobs_of_every_partition(
+    cluster, sql
+):
+    """Polling only, no NOTIFY tells a partition's owner that its jobs came back: the
+    dispatcher that finds a worker's death returns and claims the jobs of every partition
+    itself. Here d2 looks for dead workers once a minute and reaps at its jobs' 20 s
+    claim and 30 s run leases: its partitions' jobs run again within seconds only if d1
+    takes them."""
+    cluster.env.update(
+        TEMPO_RUN_LEASE_SECONDS=str(LEASE_S),
+        TEMPO_CLAIM_TTL_SECONDS="20",
+        TEMPO_DISPATCH_NOTIFY="false",
+        TEMPO_NOTIFY_OFF_POLL_SECONDS="2",
+    )
+    create_tables(sql)
+    cluster.dispatcher("d1")
+    cluster.env["TEMPO_WORKER_CHECK_SECONDS"] = "60"
+    cluster.dispatcher("d2")
+    wait_for(lambda: partitions_by_session(sql) == [8, 8], timeout=30, message="8 partitions each")
+    cluster.worker("w1", concurrency=16)
+    live_worker(sql, cluster.processes["w1"].pid)
+    ids = insert_blocking(sql, count=16, delivery="at_least_once", key="death-polling")
+    assert len({job_id % 16 for job_id in ids}) == 16  # every partition, both owners
+    wait_until_running(sql, ids)
+    cluster.kill("w1", signal.SIGKILL)
+    killed_at = database_now(sql)
+    cluster.worker("w2", concurrency=16)
+
+    wait_for_outcome(sql, ids, "at_least_once", timeout=DEATH_SEEN_BOUND_S + 10)
+    assert_killed_mid_run(sql, ids, "at_least_once")
+    after = returned_after(sql, ids, killed_at)
+    print(f"polling only: the killed worker's 16 jobs returned {after:.2f} s after")
+    assert after < DEATH_SEEN_BOUND_S < LEASE_S
 
 
 def test_a_frozen_worker_keeps_its_jobs_until_its_lease_runs_out(cluster, sql):

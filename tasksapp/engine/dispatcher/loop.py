@@ -553,13 +553,21 @@ class DispatcherLoop:
 
     def _reap(self, *, everywhere: bool = False) -> None:
         owned = list(range(self.partitions)) if everywhere else self._served()
-        reaped, next_expiry_ms = job_reap_expired(partitions=self.partitions, owned=owned)
-        self.counters.update(statements=1, reaped=reaped)
-        if reaped:
-            log.info("dispatcher %s: returned %s jobs with expired leases", self.name, reaped)
+        reaped = job_reap_expired(partitions=self.partitions, owned=owned)
+        self.counters.update(statements=1, reaped=reaped.count)
+        if reaped.count:
+            log.info("dispatcher %s: returned %s jobs with expired leases", self.name, reaped.count)
             if not self.uses_notify and isinstance(self.source, DatabaseSource):
-                self.source.rewind()  # no NOTIFY announces their next run: poll for it now
-        self.next_reap = None if next_expiry_ms is None else next_expiry_ms + 200
+                self._hold_reaped(reaped.due)
+        expiry_ms = reaped.next_expiry_ms
+        self.next_reap = None if expiry_ms is None else expiry_ms + 200
+
+    def _hold_reaped(self, due: list) -> None:
+        """Polling only, no NOTIFY announces the next run of the jobs just returned: the
+        reaper holds those due again itself, in whichever partition, and claims them like
+        any other (fenced: if an owner's poll found one first, one of the two claims wins)."""
+        for job_id, run_at_ms, priority, queue in due:
+            self.source.announced(job_id, run_at_ms, Route(queue, priority, run_at_ms))
 
     def _watching_workers(self) -> bool:
         """While jobs are leased in its partitions (the reaper has a next look), never
@@ -578,18 +586,19 @@ class DispatcherLoop:
 
     def _check_workers(self) -> None:
         """Workers that died (their liveness lock is gone): their running jobs' leases end
-        now. With notifications this instance returns them at once, in every partition
-        (one dispatcher finds each death; the owners learn of the jobs by NOTIFY, as of any
-        retry). Polling only, no NOTIFY would tell the owners: each reaps its own
-        partitions at every check instead, and polls again when it returned any."""
+        now, and this instance returns them at once, in every partition (one dispatcher
+        finds each death). With notifications the owners learn of the jobs by NOTIFY, as of
+        any retry; polling only, the finder holds and claims them itself. Polling only,
+        each dispatcher also reaps its own partitions at every check (a death found by a
+        peer whose reap failed, a claim's lease run out)."""
         dead = job_expire_dead_workers(grace=self.settings.run_lease_seconds)
         if dead:  # (the look itself reads the workers' rows and locks, not the jobs table)
             self.counters.update(statements=1)
             log.warning("dispatcher %s: worker processes died: %s", self.name, ", ".join(dead))
-        if not self.uses_notify:
-            self._reap()
-        elif dead:
+        if dead:
             self._reap(everywhere=True)
+        elif not self.uses_notify:
+            self._reap()
         interval_ms = self.settings.worker_check_seconds * 1000
         if self.worker_recheck and not dead:
             interval_ms = min(interval_ms, DEAD_PEER_RECHECK_MS)

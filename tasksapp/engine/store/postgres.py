@@ -8,7 +8,7 @@ import json
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any, TypeVar
 
 from django.db import connection, transaction
@@ -163,7 +163,8 @@ class PostgresJobStore(InsertsBySource):
         params = {"error": error, "kind": LEASE_EXPIRED_KIND}
         with _cursor(_REAPED) as cursor:
             cursor.execute(sql.REAP_EXPIRED, {**params, **_partition_params(partitions, owned)})
-            return cursor.fetchone()
+            reaped = cursor.fetchone()
+        return replace(reaped, due=_loaded(reaped.due))
 
     def expire_dead_workers(self, *, grace: float) -> list[str]:
         params = {"grace": grace, "worker_class": WORKER_LOCK_CLASS}

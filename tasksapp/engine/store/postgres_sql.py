@@ -306,7 +306,8 @@ RETURNING id
 # Expired leases in the owned partitions: claimed jobs go back to `scheduled` (their
 # message was lost); running jobs are handled per delivery mode; a job an operator asked
 # to cancel ends cancelled. Returns how many were
-# reaped and when the next lease in these partitions expires.
+# reaped, those of them due again at once, and when the next lease in these partitions
+# expires.
 REAP_EXPIRED = f"""
 WITH expired AS (
     SELECT id FROM {JOB_TABLE}
@@ -333,9 +334,13 @@ WITH expired AS (
                       ELSE j.errors END,
         claimed_by = '', lease_expires_at = NULL
     FROM expired WHERE j.id = expired.id
-    RETURNING j.id
+    RETURNING j.id, j.state, j.run_at, j.priority, j.queue
 )
 SELECT (SELECT count(*) FROM reaped) AS count,
+       (SELECT coalesce(jsonb_agg(jsonb_build_array(
+                    id, floor(extract(epoch FROM run_at) * 1000)::bigint, priority, queue)
+                ORDER BY run_at), '[]')
+        FROM reaped WHERE state IN ({DUE})) AS due,
        (SELECT floor(extract(epoch FROM min(lease_expires_at)) * 1000)::bigint
         FROM {JOB_TABLE}
         WHERE state IN ({LEASED}) AND lease_expires_at >= clock_timestamp()

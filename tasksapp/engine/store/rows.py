@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -148,6 +148,9 @@ class Renewed:
 class Reaped:
     count: int
     next_expiry_ms: int | None  # when the next lease in the same partitions expires
+    # The reaped jobs due again at once (claimed ones returned, retries), as
+    # [id, run_at ms, priority, queue]: the reaper may claim them itself.
+    due: list = field(default_factory=list)
 
 
 # --- inserts ---------------------------------------------------------------------------
