@@ -26,6 +26,7 @@ from tasksapp.engine.store.rows import (
     NewJob,
     PollWindow,
     ms_exact,
+    ms_whole,
 )
 from tests.factories import JobFactory
 
@@ -208,6 +209,8 @@ def test_the_reaper_returns_a_claimed_job_and_reports_the_next_expiry(store):
     assert abs(reaped.next_expiry_ms - waiting.lease_expires_at.timestamp() * 1000) <= 1
     lost.refresh_from_db()
     assert lost.state == JobState.SCHEDULED and lost.errors == [] and lost.last_error == ""
+    # Due again at once, with what a dispatcher needs to hold it, in both stores.
+    assert reaped.due == [[lost.id, ms_whole(lost.run_at), lost.priority, lost.queue]]
 
 
 @pytest.mark.parametrize(

@@ -186,6 +186,7 @@ class SqliteJobStore(InsertsBySource):
         with transaction.atomic():
             now = timezone.now()
             expired = scope.filter(lease_expires_at__lt=now)
+            expired_ids = list(expired.values_list("id", flat=True))
             asked = expired.filter(state=JobState.CLAIMED, cancel_requested_at__isnull=False)
             count = asked.update(
                 state=JobState.CANCELLED, finished_at=now, claimed_by="", lease_expires_at=None
@@ -195,13 +196,20 @@ class SqliteJobStore(InsertsBySource):
             )
             for job in expired.filter(state=JobState.RUNNING):
                 count += self._lose_running(job, now, error)
+            due = Job.objects.filter(id__in=expired_ids, state__in=DUE_STATES).order_by("run_at")
+            due_again = [
+                [job_id, ms_whole(run_at), priority, queue]
+                for job_id, run_at, priority, queue in due.values_list(
+                    "id", "run_at", "priority", "queue"
+                )
+            ]
             upcoming = (
                 scope.filter(lease_expires_at__gte=now)
                 .order_by("lease_expires_at")
                 .values_list("lease_expires_at", flat=True)
                 .first()
             )
-        return Reaped(count, ms_whole(upcoming) if upcoming else None)
+        return Reaped(count, ms_whole(upcoming) if upcoming else None, due_again)
 
     def _lose_running(self, job: Job, now: dt.datetime, error: str) -> int:
         entry = _error_entry(job.attempts, now, error, LEASE_EXPIRED_KIND)
