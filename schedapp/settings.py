@@ -349,6 +349,11 @@ TEMPO = {
     "CLAIM_TTL_SECONDS": env.float("TEMPO_CLAIM_TTL_SECONDS", default=10.0),
     # A running job's lease; the worker renews it every third of it.
     "RUN_LEASE_SECONDS": env.float("TEMPO_RUN_LEASE_SECONDS", default=6.0),
+    # An at-least-once job's start (claimed -> running) is written only once its message
+    # has been at the worker this long: a shorter job's start and end are one update.
+    # Only while the worker holds its liveness lock (its death is seen at once); 0: every
+    # start is written before the handler runs.
+    "DEFERRED_START_SECONDS": env.float("TEMPO_DEFERRED_START_SECONDS", default=1.0),
     # How often dispatchers look for worker processes that died (their liveness lock is
     # gone) and end their running jobs' leases at once; 0: leases alone.
     "WORKER_CHECK_SECONDS": env.float("TEMPO_WORKER_CHECK_SECONDS", default=0.25),

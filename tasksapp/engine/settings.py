@@ -39,6 +39,7 @@ class TempoSettings:
     dispatch_lead_round_trips: float
     claim_ttl_seconds: float
     run_lease_seconds: float
+    deferred_start_seconds: float
     worker_check_seconds: float
     worker_watch: bool
     default_time_limit_seconds: float
@@ -83,6 +84,11 @@ class TempoSettings:
             raise ValueError(
                 "TEMPO_PREPARED_STATEMENTS needs a session connection: turn it off "
                 "behind a transaction pooler"
+            )
+        if not 0 <= self.deferred_start_seconds <= self.claim_ttl_seconds / 2:
+            raise ValueError(
+                "TEMPO_DEFERRED_START_SECONDS must be between 0 (off) and half of "
+                "TEMPO_CLAIM_TTL_SECONDS: the start must be written while the claim holds"
             )
         if not self.worker_check_seconds >= 0:
             raise ValueError("TEMPO_WORKER_CHECK_SECONDS must be 0 (off) or a positive number")

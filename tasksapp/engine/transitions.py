@@ -149,12 +149,41 @@ def job_expire_dead_workers(*, grace: float) -> list[str]:
 # --- worker side -----------------------------------------------------------------------
 
 
-def job_start(*, claims: Sequence[tuple[int, int]], worker: str, ttl: float) -> list[StartedJob]:
+def job_start(
+    *,
+    claims: Sequence[tuple[int, int]],
+    worker: str,
+    ttl: float,
+    defer_at_least_once: bool = False,
+) -> list[StartedJob]:
     """claimed → running for each (id, token) still holding its claim and due within
-    START_LEAD_SECONDS. The handler must not begin before `StartedJob.begins_at`."""
+    START_LEAD_SECONDS. The handler must not begin before `StartedJob.begins_at`.
+    `defer_at_least_once`: those jobs stay claimed, held by `worker` (its row records
+    them), their start written later by `job_start_held` or with their end."""
     if not claims:
         return []
-    return job_store().start(claims=claims, worker=worker, ttl=ttl, lead=START_LEAD_SECONDS)
+    return job_store().start(
+        claims=claims,
+        worker=worker,
+        ttl=ttl,
+        lead=START_LEAD_SECONDS,
+        defer_at_least_once=defer_at_least_once,
+    )
+
+
+def job_start_held(
+    *, began: Sequence[tuple[int, int, float | None]], worker: str, ttl: float
+) -> Renewed:
+    """The deferred starts of jobs (id, token, began_ms) still running: claimed →
+    running, leased for `ttl` s; the answer names those an operator asked to cancel."""
+    if not began:
+        return Renewed(0, frozenset())
+    return job_store().start_held(began=began, worker=worker, ttl=ttl)
+
+
+def job_prune_held(*, worker: str) -> None:
+    """Forget the held jobs of `worker` that are no longer claimed."""
+    job_store().prune_held(worker=worker)
 
 
 def database_time() -> DatabaseTime:
@@ -163,13 +192,17 @@ def database_time() -> DatabaseTime:
     return job_store().database_time()
 
 
-def job_succeed(*, outcomes: Iterable[tuple[int, int, Any, float | None]]) -> set[int]:
+def job_succeed(
+    *, outcomes: Iterable[tuple[int, int, Any, float | None]], worker: str = ""
+) -> set[int]:
     """running → succeeded for each (id, token, result, began_ms) still holding its lease;
-    began_ms, when the handler began (database time, ms), replaces the planned start."""
+    began_ms, when the handler began (database time, ms), replaces the planned start. A
+    job whose start was deferred (still claimed) is started and ended in this one update,
+    `worker` recorded as the one that ran it."""
     outcomes = list(outcomes)
     if not outcomes:
         return set()
-    return job_store().succeed(outcomes=outcomes)
+    return job_store().succeed(outcomes=outcomes, worker=worker)
 
 
 def job_fail(

@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.models import Job, JobState, WorkerProcess
 from tasksapp.engine.store.rows import ms_whole
 from tasksapp.engine.transitions import (
     LEASE_EXPIRED_ERROR,
@@ -15,9 +15,13 @@ from tasksapp.engine.transitions import (
     job_claim_due,
     job_fail,
     job_poll_due,
+    job_prune_held,
     job_reap_expired,
+    job_release,
     job_renew,
+    job_snooze,
     job_start,
+    job_start_held,
     job_succeed,
 )
 from tests.factories import JobFactory
@@ -195,3 +199,76 @@ def test_poll_pages_through_jobs_that_share_one_run_time():
         seen += [row.id for row in page]
         after = (page[-1].run_at, page[-1].id)
     assert seen == sorted(j.id for j in jobs)  # every job once, in (run_at, id) order
+
+
+# --- deferred starts ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def worker_row():
+    return WorkerProcess.objects.create(name="host:7", hostname="host", pid=7)
+
+
+def start_deferring(*jobs, worker="host:7"):
+    claims = [(job.id, claim_one(job).token) for job in jobs]
+    return job_start(claims=claims, worker=worker, ttl=5, defer_at_least_once=True), claims
+
+
+def test_a_deferred_start_reads_at_least_once_jobs_and_starts_the_others(worker_row):
+    deferred, started = JobFactory(delivery="at_least_once"), JobFactory(delivery="transactional")
+    jobs, claims = start_deferring(deferred, started)
+    by_id = {job.id: job for job in jobs}
+    assert not by_id[deferred.id].start_written and by_id[deferred.id].attempt == 1
+    assert by_id[started.id].start_written and by_id[started.id].attempt == 1
+    deferred.refresh_from_db(), started.refresh_from_db()
+    assert deferred.state == JobState.CLAIMED and deferred.attempts == 0
+    assert started.state == JobState.RUNNING and started.attempts == 1
+    worker_row.refresh_from_db()
+    assert worker_row.held == {str(job_id): token for job_id, token in claims}
+
+
+def test_a_deferred_job_is_started_and_ended_in_one_update(worker_row):
+    job = JobFactory(delivery="at_least_once")
+    _, [(job_id, token)] = start_deferring(job)
+    began = job.run_at + dt.timedelta(milliseconds=2)
+    assert job_succeed(outcomes=[(job_id, token + 1, None, None)], worker="host:7") == set()
+    done = job_succeed(outcomes=[(job_id, token, 5, began.timestamp() * 1000)], worker="host:7")
+    assert done == {job_id}
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED and job.attempts == 1 and job.result == 5
+    assert job.claimed_by == "host:7" and abs(job.started_at - began) <= dt.timedelta(
+        microseconds=1
+    )
+    job_prune_held(worker="host:7")
+    worker_row.refresh_from_db()
+    assert worker_row.held is None  # nothing claimed left to hold
+
+
+def test_a_deferred_start_written_later_counts_the_attempt_once(worker_row):
+    job = JobFactory(delivery="at_least_once")
+    _, [(job_id, token)] = start_deferring(job)
+    assert job_start_held(began=[(job_id, token - 1, None)], worker="host:7", ttl=30).count == 0
+    assert job_start_held(began=[(job_id, token, None)], worker="host:7", ttl=30).count == 1
+    assert job_start_held(began=[(job_id, token, None)], worker="host:7", ttl=30).count == 0
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.attempts == 1 and job.claimed_by == "host:7"
+    assert job.lease_expires_at > timezone.now() + dt.timedelta(seconds=20)
+    assert job_succeed(outcomes=[(job_id, token, None, None)], worker="host:7") == {job_id}
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED and job.attempts == 1
+
+
+def test_a_deferred_job_fails_snoozes_and_goes_back_as_a_started_one_would(worker_row):
+    failing, snoozing, released = (JobFactory(delivery="at_least_once") for _ in range(3))
+    _, claims = start_deferring(failing, snoozing, released)
+    tokens = dict(claims)
+    assert job_fail(job_id=failing.id, token=tokens[failing.id], error="boom", kind="x", retry_in=1)
+    assert job_snooze(job_id=snoozing.id, token=tokens[snoozing.id], delay=5)
+    assert job_release(leases=[(released.id, tokens[released.id])]) == 1
+    for job in (failing, snoozing, released):
+        job.refresh_from_db()
+    assert failing.state == JobState.FAILED and failing.attempts == 1
+    assert failing.errors[0]["attempt"] == 1
+    assert snoozing.state == JobState.SCHEDULED and snoozing.attempts == 0  # given back
+    assert snoozing.history[0]["attempt"] == 1
+    assert released.state == JobState.SCHEDULED and released.attempts == 0

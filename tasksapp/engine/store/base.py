@@ -75,13 +75,36 @@ class JobStore(Protocol):
         ...
 
     def start(
-        self, *, claims: Sequence[tuple[int, int]], worker: str, ttl: float, lead: float
+        self,
+        *,
+        claims: Sequence[tuple[int, int]],
+        worker: str,
+        ttl: float,
+        lead: float,
+        defer_at_least_once: bool = False,
     ) -> list[rows.StartedJob]:
-        """claimed → running for each (id, token) due within `lead` s."""
+        """claimed → running for each (id, token) due within `lead` s. With
+        `defer_at_least_once`, at-least-once jobs are only read (`start_written` false)
+        and recorded as held on the worker's row; a store without liveness locks starts
+        them all."""
         ...
 
-    def succeed(self, *, outcomes: Sequence[tuple[int, int, Any, float | None]]) -> set[int]:
-        """running → succeeded for each (id, token, result, began_ms); the ids finished."""
+    def start_held(
+        self, *, began: Sequence[tuple[int, int, float | None]], worker: str, ttl: float
+    ) -> rows.Renewed:
+        """The deferred starts of (id, token, began_ms) jobs still claimed: → running,
+        with a run lease of `ttl` s; which of them an operator asked to cancel."""
+        ...
+
+    def prune_held(self, *, worker: str) -> None:
+        """Drop from the worker's held jobs those no longer claimed."""
+        ...
+
+    def succeed(
+        self, *, outcomes: Sequence[tuple[int, int, Any, float | None]], worker: str = ""
+    ) -> set[int]:
+        """running (or claimed, its start deferred: counted now) → succeeded for each
+        (id, token, result, began_ms); the ids finished."""
         ...
 
     def fail(self, attempt: rows.FailedAttempt) -> bool:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from django.db import connection, transaction
 from psycopg.rows import RowFactory, no_result
+from psycopg.types.json import Jsonb
 
 from tasksapp.engine.sql import WORKER_LOCK_CLASS
 
@@ -172,29 +173,59 @@ class PostgresJobStore(InsertsBySource):
             cursor.execute(sql.DEAD_WORKERS, params)
             dead = [name for (name,) in cursor.fetchall()]
             if dead:
+                cursor.execute(sql.EXPIRE_HELD_OF, {"workers": dead})
                 cursor.execute(sql.EXPIRE_LEASES_OF, {"workers": dead})
         return dead
 
     def start(
-        self, *, claims: Sequence[tuple[int, int]], worker: str, ttl: float, lead: float
+        self,
+        *,
+        claims: Sequence[tuple[int, int]],
+        worker: str,
+        ttl: float,
+        lead: float,
+        defer_at_least_once: bool = False,
     ) -> list[StartedJob]:
         params = {**sql.fenced_params(claims), "worker": worker, "ttl": ttl}
+        statement, columns = sql.START_CLAIMED, list(sql.STARTED_COLUMNS)
+        if defer_at_least_once:
+            statement, columns = sql.START_DEFERRING, [*columns, "start_written"]
         sent = time.monotonic()
         with engine_cursor() as cursor:
-            cursor.execute(sql.START_CLAIMED, {**params, "lead": lead})
+            cursor.execute(statement, {**params, "lead": lead})
             rows = cursor.fetchall()
         received = time.monotonic()
         if not rows:
             return []
-        named = [dict(zip(sql.STARTED_COLUMNS, row, strict=True)) for row in rows]
+        named = [dict(zip(columns, row, strict=True)) for row in rows]
         clock = DatabaseTime(max(row["read_ms"] for row in named), received, sent)
         sent_order = {job_id: i for i, (job_id, _) in enumerate(claims)}  # by run_at
         named.sort(key=lambda row: sent_order[row["id"]])
         return [_started(row, clock) for row in named]
 
-    def succeed(self, *, outcomes: Sequence[tuple[int, int, Any, float | None]]) -> set[int]:
+    def start_held(
+        self, *, began: Sequence[tuple[int, int, float | None]], worker: str, ttl: float
+    ) -> Renewed:
+        params = {
+            **sql.fenced_params(began),
+            "began": Jsonb({str(job_id): ms for job_id, _, ms in began if ms is not None}),
+            "worker": worker,
+            "ttl": ttl,
+        }
+        with _cursor() as cursor:
+            cursor.execute(sql.START_HELD, params)
+            rows = cursor.fetchall()
+        return Renewed(len(rows), frozenset(job_id for job_id, cancel in rows if cancel))
+
+    def prune_held(self, *, worker: str) -> None:
+        with _cursor() as cursor:
+            cursor.execute(sql.PRUNE_HELD, {"worker": worker})
+
+    def succeed(
+        self, *, outcomes: Sequence[tuple[int, int, Any, float | None]], worker: str = ""
+    ) -> set[int]:
         with engine_cursor() as cursor:
-            cursor.execute(sql.SUCCEED_RUNNING, sql.outcome_params(outcomes))
+            cursor.execute(sql.SUCCEED_RUNNING, sql.outcome_params(outcomes, worker))
             return {job_id for (job_id,) in cursor.fetchall()}
 
     def fail(self, attempt: FailedAttempt) -> bool:

@@ -39,10 +39,15 @@ SCHEDULED, CLAIMED, RUNNING, SUCCEEDED, FAILED, DEAD, LOST, CANCELLED = (
 DUE = ", ".join(map(_literal, DUE_STATES))  # the predicate of job_due_idx
 LEASED = ", ".join(map(_literal, LEASED_STATES))  # the predicate of job_lease_idx
 AT_MOST_ONCE = _literal(Delivery.AT_MOST_ONCE)
+AT_LEAST_ONCE = _literal(Delivery.AT_LEAST_ONCE)
+# A job the worker holds but whose start is deferred is still `claimed`: its attempt is
+# the one after those counted; a running job's start counted it already.
+ATTEMPT = f"(j.attempts + (j.state = {CLAIMED})::int)"
+HELD = f"({CLAIMED}, {RUNNING})"  # a worker's job: started, or its start deferred
 
 # One more entry of a job's `errors` (aliased `j`), as the one-element array to append.
-ERROR_ENTRY = """jsonb_build_array(jsonb_build_object(
-    'attempt', j.attempts, 'at', clock_timestamp(), 'error', %(error)s, 'kind', %(kind)s))"""
+ERROR_ENTRY = f"""jsonb_build_array(jsonb_build_object(
+    'attempt', {ATTEMPT}, 'at', clock_timestamp(), 'error', %(error)s, 'kind', %(kind)s))"""
 
 CLOCK_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::float8"
 
@@ -95,9 +100,11 @@ def fenced_params(leases) -> dict:
     }
 
 
-def outcome_params(outcomes) -> dict:
-    """(id, token, result, began_ms) rows, as SUCCEED_RUNNING takes them."""
+def outcome_params(outcomes, worker: str = "") -> dict:
+    """(id, token, result, began_ms) rows, as SUCCEED_RUNNING takes them; `worker` ran
+    them (recorded for those whose start it deferred)."""
     return {
+        "worker": worker,
         "ids": [row[0] for row in outcomes],
         "outcomes": Jsonb(
             {str(job_id): [token, began, result] for job_id, token, result, began in outcomes}
@@ -228,6 +235,60 @@ WHERE j.id = ANY(%(ids)s::bigint[]) AND j.lease_token = {TOKEN_OF_ROW}
 RETURNING {STARTED_OUTPUT}
 """
 
+# The same start with the at-least-once jobs' deferred (TEMPO_DEFERRED_START_SECONDS):
+# those stay `claimed` and are only read, and the worker's row records them, so that a
+# dispatcher that finds it dead counts their attempts and returns them at once
+# (EXPIRE_HELD_OF). The worker writes their start later if they are still running
+# (START_HELD), or their start and end in one update (SUCCEED_RUNNING).
+START_DEFERRING = f"""
+WITH registered AS (
+    UPDATE tasksapp_workerprocess
+    SET held = coalesce(held, '{{}}'::jsonb) || %(tokens)s::jsonb
+    WHERE name = %(worker)s
+), started AS (
+    UPDATE {JOB_TABLE} j
+    SET state = {RUNNING}, attempts = j.attempts + 1,
+        started_at = greatest(j.run_at, clock_timestamp()),
+        claimed_by = %(worker)s,
+        lease_expires_at = greatest(j.run_at, clock_timestamp()) + make_interval(secs => %(ttl)s)
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.lease_token = {TOKEN_OF_ROW}
+      AND (j.state = {CLAIMED}) IS TRUE AND j.delivery <> {AT_LEAST_ONCE}
+      AND j.run_at <= clock_timestamp() + make_interval(secs => %(lead)s)
+    RETURNING {STARTED_OUTPUT}, true AS start_written
+)
+SELECT * FROM started
+UNION ALL
+SELECT {STARTED_OUTPUT.replace("j.attempts AS attempt", f"{ATTEMPT} AS attempt")}, false
+FROM {JOB_TABLE} j
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.lease_token = {TOKEN_OF_ROW}
+  AND (j.state = {CLAIMED}) IS TRUE AND j.delivery = {AT_LEAST_ONCE}
+  AND j.run_at <= clock_timestamp() + make_interval(secs => %(lead)s)
+"""
+
+# The deferred starts of jobs a worker still runs: claimed -> running, as START_CLAIMED
+# would have done, the handler's begin (ms) as started_at where it began. Answers as
+# RENEW_RUNNING does.
+START_HELD = f"""
+UPDATE {JOB_TABLE} j
+SET state = {RUNNING}, attempts = j.attempts + 1,
+    started_at = coalesce(to_timestamp((%(began)s::jsonb ->> j.id::text)::float8 / 1000),
+                          clock_timestamp()),
+    claimed_by = %(worker)s,
+    lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.lease_token = {TOKEN_OF_ROW}
+  AND (j.state = {CLAIMED}) IS TRUE
+RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested
+"""
+
+# A worker's record of the jobs whose start it deferred keeps those still claimed.
+PRUNE_HELD = f"""
+UPDATE tasksapp_workerprocess w
+SET held = (SELECT jsonb_object_agg(h.key, h.value)
+            FROM jsonb_each(w.held) h JOIN {JOB_TABLE} j ON j.id = h.key::bigint
+            WHERE j.lease_token = (h.value)::bigint AND j.state = {CLAIMED})
+WHERE w.name = %(worker)s AND w.held IS NOT NULL
+"""
+
 # One round trip's reading of the database clock (a worker tightening its bound of it).
 DB_CLOCK_MS = f"SELECT {CLOCK_MS} AS read_ms"
 
@@ -237,11 +298,15 @@ SUCCEED_RUNNING = f"""
 UPDATE {JOB_TABLE} j
 SET state = {SUCCEEDED}, finished_at = clock_timestamp(),
     result = nullif({OUTCOME_OF_ROW} -> 2, 'null'::jsonb),
-    started_at = coalesce(to_timestamp(({OUTCOME_OF_ROW} ->> 1)::float8 / 1000), j.started_at),
+    started_at = coalesce(to_timestamp(({OUTCOME_OF_ROW} ->> 1)::float8 / 1000), j.started_at,
+                          clock_timestamp()),
+    attempts = {ATTEMPT},
+    claimed_by = CASE WHEN j.state = {CLAIMED} THEN coalesce(nullif(%(worker)s, ''), j.claimed_by)
+                      ELSE j.claimed_by END,
     lease_expires_at = NULL
 WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.lease_token = ({OUTCOME_OF_ROW} ->> 0)::bigint
-  AND (j.state = {RUNNING}) IS TRUE
+  AND (j.state IN {HELD}) IS TRUE
 RETURNING j.id
 """
 
@@ -251,10 +316,11 @@ SET state = %(state)s,
     run_at = CASE WHEN %(state)s = {FAILED}
                   THEN clock_timestamp() + make_interval(secs => %(delay)s) ELSE run_at END,
     finished_at = clock_timestamp(), last_error = %(error)s, claimed_by = '',
-    started_at = coalesce(to_timestamp(%(began_ms)s::float8 / 1000), started_at),
-    lease_expires_at = NULL,
+    started_at = coalesce(to_timestamp(%(began_ms)s::float8 / 1000), started_at,
+                          clock_timestamp()),
+    attempts = {ATTEMPT}, lease_expires_at = NULL,
     errors = j.errors || {ERROR_ENTRY}
-WHERE id = %(id)s AND lease_token = %(token)s AND state = {RUNNING}
+WHERE id = %(id)s AND lease_token = %(token)s AND state IN {HELD}
 RETURNING id
 """
 
@@ -263,10 +329,10 @@ RETURNING id
 # announces it). Used by a worker process that must end before it could run them.
 RELEASE_RUNNING = f"""
 UPDATE {JOB_TABLE} j
-SET state = {SCHEDULED}, attempts = greatest(j.attempts - 1, 0), claimed_by = '',
+SET state = {SCHEDULED}, attempts = greatest({ATTEMPT} - 1, 0), claimed_by = '',
     started_at = NULL, lease_expires_at = NULL
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.lease_token = {TOKEN_OF_ROW}
-  AND (j.state = {RUNNING}) IS TRUE
+  AND (j.state IN {HELD}) IS TRUE
 """
 
 # The renewal also tells the worker which of its jobs an operator cancelled meanwhile.
@@ -284,8 +350,8 @@ CANCEL_RUNNING = f"""
 UPDATE {JOB_TABLE} j
 SET state = {CANCELLED}, finished_at = clock_timestamp(), claimed_by = '',
     started_at = coalesce(to_timestamp(%(began_ms)s::float8 / 1000), started_at),
-    lease_expires_at = NULL
-WHERE id = %(id)s AND lease_token = %(token)s AND state = {RUNNING}
+    attempts = {ATTEMPT}, lease_expires_at = NULL
+WHERE id = %(id)s AND lease_token = %(token)s AND state IN {HELD}
 RETURNING id
 """
 
@@ -294,12 +360,12 @@ RETURNING id
 SNOOZE_RUNNING = f"""
 UPDATE {JOB_TABLE} j
 SET state = {SCHEDULED}, run_at = clock_timestamp() + make_interval(secs => %(delay)s),
-    attempts = greatest(j.attempts - 1, 0), claimed_by = '', started_at = NULL,
+    attempts = greatest({ATTEMPT} - 1, 0), claimed_by = '', started_at = NULL,
     lease_expires_at = NULL,
     history = coalesce(j.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
-        'event', 'snoozed', 'at', clock_timestamp(), 'attempt', j.attempts,
+        'event', 'snoozed', 'at', clock_timestamp(), 'attempt', {ATTEMPT},
         'seconds', %(delay)s::float8))
-WHERE id = %(id)s AND lease_token = %(token)s AND state = {RUNNING}
+WHERE id = %(id)s AND lease_token = %(token)s AND state IN {HELD}
 RETURNING id
 """
 
@@ -369,6 +435,17 @@ EXPIRE_LEASES_OF = f"""
 UPDATE {JOB_TABLE} SET lease_expires_at = clock_timestamp()
 WHERE state = {RUNNING} AND lease_expires_at > clock_timestamp()
   AND claimed_by = ANY(%(workers)s::text[])
+"""
+# ... and the jobs whose start they deferred become what their start would have made them,
+# their leases ended too: each counts the attempt its worker died in.
+EXPIRE_HELD_OF = f"""
+UPDATE {JOB_TABLE} j
+SET state = {RUNNING}, attempts = j.attempts + 1, claimed_by = w.name,
+    started_at = coalesce(j.started_at, clock_timestamp()),
+    lease_expires_at = clock_timestamp()
+FROM tasksapp_workerprocess w, jsonb_each_text(w.held) h
+WHERE w.name = ANY(%(workers)s::text[]) AND w.held IS NOT NULL
+  AND j.id = h.key::bigint AND j.lease_token = h.value::bigint AND j.state = {CLAIMED}
 """
 
 

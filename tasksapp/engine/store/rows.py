@@ -117,6 +117,9 @@ class StartedJob:
     time_limit: float | None
     clock: DatabaseTime
     cancel_requested: bool = False  # an operator cancelled it before it started
+    # False: an at-least-once job whose start is deferred (it is still `claimed`): the
+    # worker writes it if the job is still running TEMPO_DEFERRED_START_SECONDS later.
+    start_written: bool = True
 
     @property
     def begins_at(self) -> float:

@@ -227,8 +227,15 @@ class SqliteJobStore(InsertsBySource):
         )
 
     def start(
-        self, *, claims: Sequence[tuple[int, int]], worker: str, ttl: float, lead: float
+        self,
+        *,
+        claims: Sequence[tuple[int, int]],
+        worker: str,
+        ttl: float,
+        lead: float,
+        defer_at_least_once: bool = False,
     ) -> list[StartedJob]:
+        # No liveness locks here, so no deferred starts: every start is written now.
         started = []
         with transaction.atomic():
             now = timezone.now()
@@ -254,7 +261,33 @@ class SqliteJobStore(InsertsBySource):
         clock = self.database_time()
         return [_started(job, clock) for job in started]
 
-    def succeed(self, *, outcomes: Sequence[tuple[int, int, Any, float | None]]) -> set[int]:
+    def start_held(
+        self, *, began: Sequence[tuple[int, int, float | None]], worker: str, ttl: float
+    ) -> Renewed:
+        started, cancelled = 0, set()
+        with transaction.atomic():
+            now = timezone.now()
+            for job_id, token, began_ms in began:
+                claimed = Job.objects.filter(id=job_id, lease_token=token, state=JobState.CLAIMED)
+                if not claimed.update(
+                    state=JobState.RUNNING,
+                    attempts=F("attempts") + 1,
+                    started_at=now if began_ms is None else from_ms(began_ms),
+                    claimed_by=worker,
+                    lease_expires_at=now + _secs(ttl),
+                ):
+                    continue
+                started += 1
+                if Job.objects.filter(id=job_id, cancel_requested_at__isnull=False).exists():
+                    cancelled.add(job_id)
+        return Renewed(started, frozenset(cancelled))
+
+    def prune_held(self, *, worker: str) -> None:
+        """Nothing to drop: without liveness locks no start is deferred, none recorded."""
+
+    def succeed(
+        self, *, outcomes: Sequence[tuple[int, int, Any, float | None]], worker: str = ""
+    ) -> set[int]:
         done = set()
         with transaction.atomic():
             now = timezone.now()

@@ -56,10 +56,12 @@ from tasksapp.engine.transitions import (
     StartedJob,
     job_cancel_running,
     job_fail,
+    job_prune_held,
     job_release,
     job_renew,
     job_snooze,
     job_start,
+    job_start_held,
     job_succeed,
 )
 from tasksapp.engine.worker.clock import tightened
@@ -117,6 +119,9 @@ class _Held:
     thread: int | None = None  # the thread that runs its handler
     uncommitted: bool = False  # returned, its success waiting for its group's commit
     cancel: threading.Event = dataclasses.field(default_factory=threading.Event)
+    # time.monotonic() by which a deferred start is written if the job is still held;
+    # None: its start is written.
+    start_due: float | None = None
 
 
 def time_limit_of(job: StartedJob) -> float:
@@ -169,6 +174,8 @@ class LeaseKeeper:
             else None
         )
         self._stopped = threading.Event()
+        self._wake = threading.Event()  # a deferred start now due sooner than the next beat
+        self._next_wake = float("inf")
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
         self._thread.start()
         self._watchdog = threading.Thread(target=self._watch, name="time-limits", daemon=True)
@@ -176,6 +183,7 @@ class LeaseKeeper:
 
     def stop(self) -> None:
         self._stopped.set()
+        self._wake.set()
         with self._lock:
             self._limits.notify()
         self._thread.join(timeout=5)
@@ -183,12 +191,28 @@ class LeaseKeeper:
         if self.liveness is not None:
             self.liveness.close()
 
+    def defers_starts(self) -> bool:
+        """Whether this process's at-least-once starts may wait: only while its liveness
+        lock is held (a dispatcher sees its death at once and counts their attempts)."""
+        return (
+            self.settings.deferred_start_seconds > 0
+            and self.liveness is not None
+            and self.liveness.held
+        )
+
     def hold(self, job: StartedJob) -> None:
         held = _Held(job, time_limit_of(job))
         if job.cancel_requested:
             held.cancel.set()
+        wake = False
         with self._lock:
             self._held[job.id] = held
+            if not job.start_written:
+                held.start_due = time.monotonic() + self.settings.deferred_start_seconds
+                wake = held.start_due < self._next_wake
+                self._next_wake = min(self._next_wake, held.start_due)
+        if wake:
+            self._wake.set()
 
     def cancel_event(self, job_id: int) -> threading.Event:
         """Set once an operator asks to cancel the job (the handler's ctx reads it)."""
@@ -231,16 +255,52 @@ class LeaseKeeper:
                 self._held.pop(job_id, None)
 
     def _loop(self) -> None:
+        """Every third of the lease: renew and beat; in between, at the moment one is due,
+        write the deferred starts of jobs still running."""
+        beat_at = time.monotonic() + self.ttl / 3
         try:
-            while not self._stopped.wait(self.ttl / 3):
+            while not self._stopped.is_set():
+                with self._lock:
+                    wake_at = min(beat_at, self._next_wake)
+                self._wake.wait(max(0.0, wake_at - time.monotonic()))
+                self._wake.clear()
+                if self._stopped.is_set():
+                    break
                 try:
-                    self._renew_and_beat()
+                    self._write_due_starts()
+                    if time.monotonic() >= beat_at:
+                        beat_at = time.monotonic() + self.ttl / 3
+                        self._renew_and_beat()
                 except Exception:  # database down: keep trying; leases may expire meanwhile
                     log.exception("lease renewal failed")
                     close_old_connections()
                     connection.close()
         finally:
             connection.close()
+
+    def _write_due_starts(self) -> None:
+        """The deferred starts due now, of jobs this process still holds."""
+        now = time.monotonic()
+        with self._lock:
+            due = [h for h in self._held.values() if h.start_due is not None and h.start_due <= now]
+            for held in due:
+                held.start_due = None
+            self._next_wake = min(
+                (h.start_due for h in self._held.values() if h.start_due is not None),
+                default=float("inf"),
+            )
+            began = [(h.job.id, h.job.token, h.began_ms) for h in due]
+        if not began:
+            return
+        try:
+            started = job_start_held(began=began, worker=self.name, ttl=self.ttl)
+        except Exception:
+            with self._lock:  # tried again at the next wake, while the claim holds
+                for held in due:
+                    held.start_due = now
+                self._next_wake = now
+            raise
+        self._signal_cancels(started.cancel_requested)
 
     def _renew_and_beat(self) -> None:
         if self.liveness is not None:
@@ -253,7 +313,8 @@ class LeaseKeeper:
             leases = [
                 (i, h.job.token)
                 for i, h in self._held.items()
-                if not h.overdue
+                if h.start_due is None  # a deferred start: its claim holds it meanwhile
+                and not h.overdue
                 and (h.deadline is None or h.deadline > now)
                 and not (h.uncommitted and h.thread in stuck)
             ]
@@ -261,6 +322,8 @@ class LeaseKeeper:
             self._counts = {"succeeded": 0, "failed": 0}
         renewed = job_renew(leases=leases, ttl=self.ttl)
         self._signal_cancels(renewed.cancel_requested)
+        if self.liveness is not None:
+            job_prune_held(worker=self.name)
         updated = WorkerProcess.objects.filter(name=self.name).update(
             heartbeat_at=timezone.now(),
             running=running,
@@ -338,7 +401,7 @@ class LeaseKeeper:
         successes = [h.outcome for h in others if h.outcome is not None]
         unbegun = [(h.job.id, h.job.token) for h in others if not h.began]
         if successes:
-            job_succeed(outcomes=successes)
+            job_succeed(outcomes=successes, worker=self.name)
         job_release(leases=unbegun)
         log.error(
             "worker process ends at a time limit (%d handed back, %d successes recorded)",
@@ -393,7 +456,14 @@ def execute_batch(
     if keeper.liveness is not None and not keeper.liveness.held:
         keeper.liveness.ensure(keeper.queues)  # first (or lost): the lock, then the jobs
     pairs = [(int(c[0]), int(c[1])) for c in claims]
-    started = tightened(job_start(claims=pairs, worker=keeper.name, ttl=keeper.ttl))
+    started = tightened(
+        job_start(
+            claims=pairs,
+            worker=keeper.name,
+            ttl=keeper.ttl,
+            defer_at_least_once=keeper.defers_starts(),
+        )
+    )
     if any(job.delivery == Delivery.AT_MOST_ONCE for job in started):
         flush_commits()  # the start must survive a database crash before the handler runs
     for job in started:
@@ -407,7 +477,8 @@ def execute_batch(
                 finished_ok.append(outcome)
             else:
                 keeper.release(job.id, succeeded=status is RunOutcome.RECORDED_SUCCESS)
-        done = _record_successes(finished_ok, {job.id: job for job in started}, within=keeper.ttl)
+        jobs = {job.id: job for job in started}
+        done = _record_successes(finished_ok, jobs, worker=keeper.name, within=keeper.ttl)
         for job_id, *_ in finished_ok:
             keeper.release(job_id, succeeded=job_id in done)
     finally:
@@ -420,7 +491,7 @@ def execute_batch(
 RECONNECT_PAUSES = (0.25, 0.5, 1.0, 2.0)  # seconds between tries to record successes
 
 
-def _succeed_reconnecting(outcomes: list, *, within: float) -> set[int]:
+def _succeed_reconnecting(outcomes: list, *, worker: str, within: float) -> set[int]:
     """job_succeed, tried again on a new connection while the database is away (a
     restart) for at most `within` seconds (the lease): handlers that ran are recorded as
     such, not left to expire into a re-run (at least once) or `lost` (at most once).
@@ -429,7 +500,7 @@ def _succeed_reconnecting(outcomes: list, *, within: float) -> set[int]:
     deadline, pauses = time.monotonic() + within, iter(RECONNECT_PAUSES)
     while True:
         try:
-            return job_succeed(outcomes=outcomes)
+            return job_succeed(outcomes=outcomes, worker=worker)
         except (OperationalError, InterfaceError):
             pause = next(pauses, None)
             if pause is None or time.monotonic() + pause > deadline:
@@ -439,18 +510,20 @@ def _succeed_reconnecting(outcomes: list, *, within: float) -> set[int]:
             time.sleep(pause)
 
 
-def _record_successes(outcomes: list, jobs: dict[int, StartedJob], *, within: float) -> set[int]:
+def _record_successes(
+    outcomes: list, jobs: dict[int, StartedJob], *, worker: str, within: float
+) -> set[int]:
     """The batch's successes in one statement; if the data of one of them is refused, each
     on its own, and the refused one fails (its outcome alone, never its neighbours')."""
     try:
-        return _succeed_reconnecting(outcomes, within=within)
+        return _succeed_reconnecting(outcomes, worker=worker, within=within)
     except (DataError, IntegrityError):
         log.warning("a batch's successes were refused as one; recording them one by one")
     done: set[int] = set()
     for outcome in outcomes:
         job = jobs[outcome[0]]
         try:
-            done |= job_succeed(outcomes=[outcome])
+            done |= job_succeed(outcomes=[outcome], worker=worker)
         except (DataError, IntegrityError) as exc:
             error = ERR_RESULT_NOT_STORED.format(reason=_describe(exc))
             _record_failure(job, error, kind="exception", began_ms=outcome[3])
@@ -547,6 +620,7 @@ def warm_up() -> None:
     catalog reads the first time it touches a table: on a job's path, 10-20 ms of
     lateness."""
     job_start(claims=[NO_JOB], worker="", ttl=0)
+    job_start(claims=[NO_JOB], worker="", ttl=0, defer_at_least_once=True)
     job_succeed(outcomes=[(*NO_JOB, None, None)])
 
 

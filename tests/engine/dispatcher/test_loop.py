@@ -282,7 +282,7 @@ def test_a_dispatcher_that_cannot_reach_the_broker_hands_its_partitions_to_a_pee
 
 
 def test_a_publish_that_fails_leaves_the_claim_to_the_reaper(loops, fast, settings):
-    settings.TEMPO = {**settings.TEMPO, "CLAIM_TTL_SECONDS": 0.5}
+    settings.TEMPO = {**settings.TEMPO, "CLAIM_TTL_SECONDS": 0.5, "DEFERRED_START_SECONDS": 0.2}
     broker = DownBroker()
     broker.down, broker.publish_fails = False, True
     job = schedule(-0.01)

@@ -151,3 +151,35 @@ def test_threads_asking_at_once_share_one_session_and_the_lock_stays_held(monkey
         assert job_expire_dead_workers(grace=0) == []  # its lock is held
     finally:
         lock.close()
+
+
+def test_a_dead_workers_jobs_whose_start_it_deferred_count_their_attempt_and_end(locks):
+    """Jobs the worker held still `claimed` (their start deferred) become running with
+    the attempt counted and their leases ended: the reaper fails that attempt now."""
+    lock = locks("host:111")
+    held = JobFactory(
+        state=JobState.CLAIMED,
+        claimed_by="d1",
+        lease_token=4,
+        delivery="at_least_once",
+        lease_expires_at=timezone.now() + FAR,
+    )
+    moved_on = JobFactory(
+        state=JobState.CLAIMED,
+        claimed_by="d1",
+        lease_token=9,
+        delivery="at_least_once",
+        lease_expires_at=timezone.now() + FAR,
+    )
+    WorkerProcess.objects.filter(name="host:111").update(
+        held={str(held.id): 4, str(moved_on.id): 8}  # moved_on: claimed again since
+    )
+    lock.close()
+    wait_for(lambda: not lock_held("host:111"), timeout=5, message="the lock freed")
+    assert job_expire_dead_workers(grace=0) == ["host:111"]
+    held.refresh_from_db()
+    assert held.state == JobState.RUNNING and held.attempts == 1
+    assert held.claimed_by == "host:111" and lease_ended(held)
+    moved_on.refresh_from_db()
+    assert moved_on.state == JobState.CLAIMED and moved_on.attempts == 0
+    assert not lease_ended(moved_on)
