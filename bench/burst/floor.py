@@ -1,8 +1,11 @@
-"""The database's own floor under a burst: how fast PostgreSQL alone writes the three row
-versions every at-least-once job costs (claimed, running, succeeded), with the engine's
-own statements in the engine's batches, and no dispatcher, broker or worker in the way.
+"""The database's own floor under a burst: how fast PostgreSQL alone writes the row
+versions every at-least-once job costs, with the engine's own statements in the engine's
+batches, and no dispatcher, broker or worker in the way. `written`: three versions
+(claimed, running, succeeded), every start written first; `deferred`: two (claimed,
+succeeded), the start only read and written with the end (TEMPO_DEFERRED_START_SECONDS).
 
     python -m bench.burst.floor [--size 10000] [--connections 1 2] [--batch 250] [--rounds 3]
+                                [--starts written deferred]
 
 Each round: N no-op jobs due now in a fresh table state, split between `--connections`
 sessions running side by side (as two dispatchers and their workers would); each claims
@@ -22,6 +25,11 @@ from bench.burst.__main__ import INSERT, NOOP
 from bench.common import BenchDatabase, django_on, table, write_json
 
 LEAD_S = 0.5
+WORKER_ROW = """
+INSERT INTO tasksapp_workerprocess (name, hostname, pid, running, succeeded, failed, queues)
+VALUES ('floor', 'floor', 0, 0, 0, 0, '[]')
+ON CONFLICT (name) DO UPDATE SET held = NULL
+"""
 TTL_S = 10
 
 
@@ -31,6 +39,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--connections", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--batch", type=int, default=250, help="jobs per start/finish")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--starts", nargs="+", choices=["written", "deferred"], default=["written", "deferred"]
+    )
     return parser.parse_args()
 
 
@@ -38,9 +49,11 @@ def chunks(items: list, size: int) -> list[list]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def one_share(conn, ids: list[int], batch: int) -> dict[str, float]:
+def one_share(conn, ids: list[int], batch: int, starts: str) -> dict[str, float]:
     """Claim, start and finish these jobs as the engine does; seconds per phase."""
     from tasksapp.engine.store import postgres_sql as q
+
+    start = q.START_CLAIMED if starts == "written" else q.START_DEFERRING
 
     began = time.perf_counter()
     claims = conn.execute(
@@ -49,7 +62,7 @@ def one_share(conn, ids: list[int], batch: int) -> dict[str, float]:
     claimed = time.perf_counter()
     for part in chunks(claims, batch):
         conn.execute(
-            q.START_CLAIMED,
+            start,
             {"worker": "floor", "ttl": TTL_S, "lead": LEAD_S, **q.fenced_params(part)},
         ).fetchall()
     started = time.perf_counter()
@@ -63,20 +76,21 @@ def one_share(conn, ids: list[int], batch: int) -> dict[str, float]:
     return {"claim": claimed - began, "start": started - claimed, "finish": finished - started}
 
 
-def one_round(db: BenchDatabase, args: argparse.Namespace, connections: int) -> dict:
+def one_round(db: BenchDatabase, args: argparse.Namespace, connections: int, starts: str) -> dict:
     with db.connect() as conn:
         conn.execute("DELETE FROM tasksapp_job")
         conn.execute(
             INSERT,
             {"handler": NOOP, "at": time.time(), "n": args.size, "delivery": "at_least_once"},
         )
+        conn.execute(WORKER_ROW)  # the deferred start records its jobs on it
         conn.execute("VACUUM ANALYZE tasksapp_job")
         ids = [row[0] for row in conn.execute("SELECT id FROM tasksapp_job ORDER BY id")]
     sessions = [db.connect() for _ in range(connections)]
     shares = [ids[i::connections] for i in range(connections)]
     began = time.perf_counter()
     with ThreadPoolExecutor(connections) as pool:
-        phases = list(pool.map(lambda c, s: one_share(c, s, args.batch), sessions, shares))
+        phases = list(pool.map(lambda c, s: one_share(c, s, args.batch, starts), sessions, shares))
     total = time.perf_counter() - began
     for session in sessions:
         session.close()
@@ -86,6 +100,7 @@ def one_round(db: BenchDatabase, args: argparse.Namespace, connections: int) -> 
         ).fetchone()[0]
     assert done == args.size, f"{done} of {args.size} succeeded"
     return {
+        "starts": starts,
         "connections": connections,
         "jobs": args.size,
         **{f"{name}_s": round(max(p[name] for p in phases), 3) for name in phases[0]},
@@ -101,9 +116,10 @@ def main() -> None:
     with BenchDatabase("tempo_bench_floor") as db:
         django_on(db.url)
         rows = [
-            one_round(db, args, connections)
+            one_round(db, args, connections, starts)
             for _ in range(args.rounds)
             for connections in args.connections  # alternating, in one run
+            for starts in args.starts
         ]
     print(table(rows, list(rows[0])))
     path = write_json("burst_floor", {"args": vars(args), "rounds": rows})

@@ -12,6 +12,7 @@ import re
 import psycopg
 import pytest
 from django.db import connection
+from psycopg.types.json import Jsonb
 
 from tasksapp.engine.sql import JOB_TABLE
 from tasksapp.engine.store import postgres_sql as sql
@@ -155,6 +156,27 @@ def test_a_start_a_renewal_and_a_success_reach_their_ids_by_primary_key(count, g
         assert by_primary_key(plan)
         assert linear(plan, count)
         assert updated(plan) == count  # running, renewed, then succeeded
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom plan", "generic plan"])
+@pytest.mark.parametrize("count", [1, 250, 2000])
+def test_deferred_starts_and_their_successes_reach_their_ids_by_primary_key(count, generic):
+    """At-least-once jobs read (their start deferred), started later, or started and
+    ended in one update: each statement through the primary key, once per id."""
+    ids = stale_table("claimed")[:count]
+    leases = [(job_id, 0) for job_id in ids]
+    deferring = {**sql.fenced_params(leases), "worker": "w1", "ttl": 6, "lead": 1}
+    plan = explained(sql.START_DEFERRING, deferring, generic=generic)
+    assert not scanned_partial_indexes(plan) and by_primary_key(plan) and linear(plan, count)
+    assert plan["Actual Rows"] == count  # every job read, none started
+    held = {**sql.fenced_params(leases), "began": Jsonb({}), "worker": "w1", "ttl": 6}
+    success = sql.outcome_params([(job_id, 0, None, None) for job_id in ids], "w1")
+    for statement, params in [(sql.START_HELD, held), (sql.SUCCEED_RUNNING, success)]:
+        plan = explained(statement, params, generic=generic)
+        assert not scanned_partial_indexes(plan)
+        assert by_primary_key(plan)
+        assert linear(plan, count)
+        assert updated(plan) == count  # running, then succeeded
 
 
 def test_a_token_that_does_not_match_leaves_its_job_alone():

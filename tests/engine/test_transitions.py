@@ -272,3 +272,18 @@ def test_a_deferred_job_fails_snoozes_and_goes_back_as_a_started_one_would(worke
     assert snoozing.state == JobState.SCHEDULED and snoozing.attempts == 0  # given back
     assert snoozing.history[0]["attempt"] == 1
     assert released.state == JobState.SCHEDULED and released.attempts == 0
+
+
+def test_the_reaper_counts_the_attempt_of_an_expired_job_a_worker_held_unstarted(worker_row):
+    """A claim that expired while a worker ran the job, its start deferred (the worker
+    cut off, frozen or dead): a failed attempt, as for a started job. A claim whose
+    message no worker read: back to scheduled, nothing counted."""
+    held, lost = JobFactory(delivery="at_least_once"), JobFactory(delivery="at_least_once")
+    start_deferring(held)
+    claim_one(lost)
+    expire(held), expire(lost)
+    assert job_reap_expired(partitions=16, owned=ALL).count == 2
+    held.refresh_from_db(), lost.refresh_from_db()
+    assert held.state == JobState.FAILED and held.attempts == 1
+    assert held.errors[0]["attempt"] == 1 and held.last_error == LEASE_EXPIRED_ERROR
+    assert lost.state == JobState.SCHEDULED and lost.attempts == 0 and lost.errors == []

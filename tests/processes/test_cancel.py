@@ -48,8 +48,8 @@ def test_running_jobs_end_cancelled_in_every_delivery_mode(cluster, sql, deliver
     cluster.worker("w1", concurrency=4)
     wait_until_running(sql, ids)
     asked = time.monotonic()
-    for job_id in ids:
-        assert job_cancel(job_id=job_id).state == "running"
+    for job_id in ids:  # claimed: an at-least-once job whose start is still deferred
+        assert job_cancel(job_id=job_id).state in ("claimed", "running")
     wait_for_state(sql, ids, "cancelled", timeout=CANCEL_BOUND_S)
     took = time.monotonic() - asked
     time.sleep(2.5)  # nothing runs it again: no retry, no reaper

@@ -130,11 +130,16 @@ def test_a_worker_killed_mid_run_per_delivery_mode(cluster, sql, delivery):
     ids = insert_blocking(sql, count=4, delivery=delivery)
     wait_until_running(sql, ids)
     pid = cluster.processes["w1"].pid
-    assert sql.execute(
-        "SELECT count(*) FROM tasksapp_job WHERE id = ANY(%s) AND state = 'running'"
-        " AND claimed_by LIKE %s",
-        [ids, f"%:{pid}"],
-    ).fetchone()[0] == len(ids)  # all running on the victim
+    wait_for(  # at least once: once their deferred starts are written, 1 s on
+        lambda: sql.execute(
+            "SELECT count(*) FROM tasksapp_job WHERE id = ANY(%s) AND state = 'running'"
+            " AND claimed_by LIKE %s",
+            [ids, f"%:{pid}"],
+        ).fetchone()[0]
+        == len(ids),
+        timeout=10,
+        message="all running on the victim",
+    )
     cluster.kill("w1", signal.SIGKILL)
     killed_at = database_now(sql)
     cluster.worker("w2", concurrency=4)

@@ -133,6 +133,8 @@ def test_a_frozen_worker_keeps_its_jobs_until_its_lease_runs_out(cluster, sql):
     live_worker(sql, cluster.processes["w1"].pid)
     (job_id,) = insert_blocking(sql, count=1, delivery="at_least_once", key="frozen")
     wait_until_running(sql, [job_id])
+    # its start written (deferred 1 s): frozen from now on, it holds a run lease
+    wait_for(lambda: states(sql, [job_id]) == {"running": 1}, timeout=10, message="started")
     cluster.kill("w1", signal.SIGSTOP)
     try:
         time.sleep(5)  # five worker checks, within the lease (at least 8 s left)

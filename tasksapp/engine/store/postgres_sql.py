@@ -369,37 +369,41 @@ WHERE id = %(id)s AND lease_token = %(token)s AND state IN {HELD}
 RETURNING id
 """
 
-# Expired leases in the owned partitions: claimed jobs go back to `scheduled` (their
-# message was lost); running jobs are handled per delivery mode; a job an operator asked
-# to cancel ends cancelled. Returns how many were
-# reaped, those of them due again at once, and when the next lease in these partitions
-# expires.
+# Expired leases in the owned partitions: a claimed job whose message no worker read goes
+# back to `scheduled` (the message was lost); a running job, or a claimed one a worker
+# holds with its start deferred (its row's `held` has the token), is handled per delivery
+# mode, its attempt counted; a job an operator asked to cancel ends cancelled. Returns how
+# many were reaped, those of them due again at once, and when the next lease in these
+# partitions expires.
 REAP_EXPIRED = f"""
 WITH expired AS (
-    SELECT id FROM {JOB_TABLE}
-    WHERE state IN ({LEASED}) AND lease_expires_at < clock_timestamp()
+    SELECT x.id, (x.state = {RUNNING} OR x.delivery = {AT_LEAST_ONCE} AND EXISTS (
+               SELECT 1 FROM tasksapp_workerprocess w
+               WHERE w.held ->> x.id::text = x.lease_token::text)) AS began
+    FROM {JOB_TABLE} x
+    WHERE x.state IN ({LEASED}) AND x.lease_expires_at < clock_timestamp()
       AND {OWNED_PARTITIONS}
-    ORDER BY lease_expires_at
+    ORDER BY x.lease_expires_at
     LIMIT 10000
     FOR UPDATE SKIP LOCKED
 ), reaped AS (
     UPDATE {JOB_TABLE} j
     SET state = CASE WHEN j.cancel_requested_at IS NOT NULL THEN {CANCELLED}
-                     WHEN j.state = {CLAIMED} THEN {SCHEDULED}
+                     WHEN NOT e.began THEN {SCHEDULED}
                      WHEN j.delivery = {AT_MOST_ONCE} THEN {LOST}
-                     WHEN j.attempts >= j.max_attempts THEN {DEAD}
+                     WHEN {ATTEMPT} >= j.max_attempts THEN {DEAD}
                      ELSE {FAILED} END,
-        run_at = CASE WHEN j.state = {RUNNING} AND j.delivery <> {AT_MOST_ONCE}
-                           AND j.attempts < j.max_attempts AND j.cancel_requested_at IS NULL
+        attempts = CASE WHEN e.began THEN {ATTEMPT} ELSE j.attempts END,
+        run_at = CASE WHEN e.began AND j.delivery <> {AT_MOST_ONCE}
+                           AND {ATTEMPT} < j.max_attempts AND j.cancel_requested_at IS NULL
                       THEN clock_timestamp()  -- a retry, due now
                       ELSE j.run_at END,  -- claimed again, lost or dead: as it was
-        finished_at = CASE WHEN j.state = {RUNNING} OR j.cancel_requested_at IS NOT NULL
+        finished_at = CASE WHEN e.began OR j.cancel_requested_at IS NOT NULL
                            THEN clock_timestamp() ELSE j.finished_at END,
-        last_error = CASE WHEN j.state = {RUNNING} THEN %(error)s ELSE j.last_error END,
-        errors = CASE WHEN j.state = {RUNNING} THEN j.errors || {ERROR_ENTRY}
-                      ELSE j.errors END,
+        last_error = CASE WHEN e.began THEN %(error)s ELSE j.last_error END,
+        errors = CASE WHEN e.began THEN j.errors || {ERROR_ENTRY} ELSE j.errors END,
         claimed_by = '', lease_expires_at = NULL
-    FROM expired WHERE j.id = expired.id
+    FROM expired e WHERE j.id = e.id
     RETURNING j.id, j.state, j.run_at, j.priority, j.queue
 )
 SELECT (SELECT count(*) FROM reaped) AS count,
@@ -436,16 +440,14 @@ UPDATE {JOB_TABLE} SET lease_expires_at = clock_timestamp()
 WHERE state = {RUNNING} AND lease_expires_at > clock_timestamp()
   AND claimed_by = ANY(%(workers)s::text[])
 """
-# ... and the jobs whose start they deferred become what their start would have made them,
-# their leases ended too: each counts the attempt its worker died in.
+# ... and of the jobs whose start they deferred, still claimed: the reaper counts the
+# attempt each died in (their rows still hold them).
 EXPIRE_HELD_OF = f"""
-UPDATE {JOB_TABLE} j
-SET state = {RUNNING}, attempts = j.attempts + 1, claimed_by = w.name,
-    started_at = coalesce(j.started_at, clock_timestamp()),
-    lease_expires_at = clock_timestamp()
+UPDATE {JOB_TABLE} j SET lease_expires_at = clock_timestamp()
 FROM tasksapp_workerprocess w, jsonb_each_text(w.held) h
 WHERE w.name = ANY(%(workers)s::text[]) AND w.held IS NOT NULL
   AND j.id = h.key::bigint AND j.lease_token = h.value::bigint AND j.state = {CLAIMED}
+  AND j.lease_expires_at > clock_timestamp()
 """
 
 

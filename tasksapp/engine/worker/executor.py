@@ -151,6 +151,9 @@ ERR_TIME_LIMIT_STUCK = (
 )
 
 
+START_RETRY_PAUSE_S = 0.25  # a deferred start the database refused is tried again after
+
+
 class LeaseKeeper:
     """One per process: renews the leases of running jobs and writes a heartbeat; a
     watchdog thread acts at each handler's time limit."""
@@ -295,10 +298,10 @@ class LeaseKeeper:
         try:
             started = job_start_held(began=began, worker=self.name, ttl=self.ttl)
         except Exception:
-            with self._lock:  # tried again at the next wake, while the claim holds
+            with self._lock:  # tried again in a moment, while the claim holds
                 for held in due:
-                    held.start_due = now
-                self._next_wake = now
+                    held.start_due = now + START_RETRY_PAUSE_S
+                self._next_wake = min(self._next_wake, now + START_RETRY_PAUSE_S)
             raise
         self._signal_cancels(started.cancel_requested)
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 from tasksapp.engine.models import Job, JobState, WorkerProcess
 from tasksapp.engine.sql import WORKER_LOCK_CLASS
 from tasksapp.engine.store.pg_session import session_connection_params
-from tasksapp.engine.transitions import job_expire_dead_workers
+from tasksapp.engine.transitions import job_expire_dead_workers, job_reap_expired
 from tasksapp.engine.worker.liveness import LivenessLock
 from tests.conftest import THIS_DATABASE
 from tests.factories import JobFactory
@@ -154,22 +154,18 @@ def test_threads_asking_at_once_share_one_session_and_the_lock_stays_held(monkey
 
 
 def test_a_dead_workers_jobs_whose_start_it_deferred_count_their_attempt_and_end(locks):
-    """Jobs the worker held still `claimed` (their start deferred) become running with
-    the attempt counted and their leases ended: the reaper fails that attempt now."""
+    """Jobs the worker held still `claimed` (their start deferred) have their leases
+    ended; the reaper then fails the attempt each died in, counted."""
     lock = locks("host:111")
-    held = JobFactory(
-        state=JobState.CLAIMED,
-        claimed_by="d1",
-        lease_token=4,
-        delivery="at_least_once",
-        lease_expires_at=timezone.now() + FAR,
-    )
-    moved_on = JobFactory(
-        state=JobState.CLAIMED,
-        claimed_by="d1",
-        lease_token=9,
-        delivery="at_least_once",
-        lease_expires_at=timezone.now() + FAR,
+    held, moved_on = (
+        JobFactory(
+            state=JobState.CLAIMED,
+            claimed_by="d1",
+            lease_token=token,
+            delivery="at_least_once",
+            lease_expires_at=timezone.now() + FAR,
+        )
+        for token in (4, 9)
     )
     WorkerProcess.objects.filter(name="host:111").update(
         held={str(held.id): 4, str(moved_on.id): 8}  # moved_on: claimed again since
@@ -177,9 +173,10 @@ def test_a_dead_workers_jobs_whose_start_it_deferred_count_their_attempt_and_end
     lock.close()
     wait_for(lambda: not lock_held("host:111"), timeout=5, message="the lock freed")
     assert job_expire_dead_workers(grace=0) == ["host:111"]
+    assert lease_ended(held) and not lease_ended(moved_on)
+    assert job_reap_expired(partitions=16, owned=list(range(16))).count == 1
     held.refresh_from_db()
-    assert held.state == JobState.RUNNING and held.attempts == 1
-    assert held.claimed_by == "host:111" and lease_ended(held)
+    assert held.state == JobState.FAILED and held.attempts == 1
+    assert [(e["attempt"], e["kind"]) for e in held.errors] == [(1, "lease_expired")]
     moved_on.refresh_from_db()
     assert moved_on.state == JobState.CLAIMED and moved_on.attempts == 0
-    assert not lease_ended(moved_on)
