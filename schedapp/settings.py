@@ -349,8 +349,9 @@ TEMPO = {
     "CLAIM_TTL_SECONDS": env.float("TEMPO_CLAIM_TTL_SECONDS", default=10.0),
     # A running job's lease; the worker renews it every third of it.
     "RUN_LEASE_SECONDS": env.float("TEMPO_RUN_LEASE_SECONDS", default=6.0),
-    # An at-least-once job's start (claimed -> running) is written only once its message
-    # has been at the worker this long: a shorter job's start and end are one update.
+    # An at-least-once job that came in a message of several has its start (claimed ->
+    # running) written only once its message has been at the worker this long: a shorter
+    # job's start and end are one update.
     # Only while the worker holds its liveness lock (its death is seen at once); 0: every
     # start is written before the handler runs.
     "DEFERRED_START_SECONDS": env.float("TEMPO_DEFERRED_START_SECONDS", default=1.0),

@@ -1,7 +1,8 @@
-"""Deferred starts, with real processes: an at-least-once job whose handler ends within
-TEMPO_DEFERRED_START_SECONDS is started and ended in one update; a longer one shows
-`running` once that time has passed; a worker SIGKILLed while its jobs' starts are still
-deferred (the jobs `claimed`) has them returned at once, each attempt counted."""
+"""Deferred starts, with real processes: an at-least-once job that came in a message of
+several and whose handler ends within TEMPO_DEFERRED_START_SECONDS is started and ended
+in one update; a longer one shows `running` once that time has passed; a worker
+SIGKILLed while its jobs' starts are still deferred (the jobs `claimed`) has them
+returned at once, each attempt counted."""
 
 from __future__ import annotations
 
@@ -41,6 +42,15 @@ CREATE TRIGGER test_log_transition AFTER UPDATE ON tasksapp_job
 """
 
 
+def same_run_time(sql) -> None:
+    """Every waiting job due at the first one's run time, to the microsecond (rows
+    inserted in one statement differ by their clock_timestamp()): one claim, one message."""
+    sql.execute(
+        "UPDATE tasksapp_job SET run_at = (SELECT min(run_at) FROM tasksapp_job"
+        " WHERE state = 'scheduled') WHERE state = 'scheduled'"
+    )
+
+
 def transitions(sql) -> dict[int, list[str]]:
     found: dict[int, list[str]] = {}
     for job_id, old, new in sql.execute(
@@ -52,7 +62,8 @@ def transitions(sql) -> dict[int, list[str]]:
 
 def test_a_short_job_is_started_and_ended_in_one_update_a_long_one_shows_running(cluster, sql):
     sql.execute(TRANSITIONS)
-    cluster.env["TEMPO_DEFERRED_START_SECONDS"] = "1.5"
+    # one message for the jobs due together: a message of one job starts it as before
+    cluster.env.update(TEMPO_DEFERRED_START_SECONDS="1.5", TEMPO_FANOUT="1")
     cluster.dispatcher("d1")
     cluster.worker("w1", concurrency=2)
     live_worker(sql, cluster.processes["w1"].pid)
@@ -60,10 +71,11 @@ def test_a_short_job_is_started_and_ended_in_one_update_a_long_one_shows_running
         sql,
         count=5,
         start=1,
-        spread=0.5,
+        spread=0.0,
         handler="tests.handlers.recording.noop",
         delivery="at_least_once",
     )
+    same_run_time(sql)
     wait_for(lambda: outcome(sql).get("succeeded") == 5, timeout=30, message="5 short jobs")
     short = transitions(sql)
     assert list(short.values()) == [["scheduled>claimed", "claimed>succeeded"]] * 5, short
@@ -78,17 +90,18 @@ def test_a_short_job_is_started_and_ended_in_one_update_a_long_one_shows_running
     sql.execute("DELETE FROM tasksapp_job; TRUNCATE test_transitions")
     insert_jobs(
         sql,
-        count=1,
+        count=2,
         start=1,
-        spread=0.1,
+        spread=0.0,
         handler="tests.handlers.recording.record_slowly",
         delivery="at_least_once",
     )
-    sql.execute("UPDATE tasksapp_job SET payload = '{\"seconds\": 4}'")
-    wait_for(lambda: outcome(sql).get("running") == 1, timeout=30, message="shown running")
-    wait_for(lambda: outcome(sql).get("succeeded") == 1, timeout=30, message="long job done")
-    (long,) = transitions(sql).values()
-    assert long == ["scheduled>claimed", "claimed>running", "running>succeeded"], long
+    sql.execute("UPDATE tasksapp_job SET payload = '{\"seconds\": 3}'")
+    same_run_time(sql)
+    wait_for(lambda: outcome(sql).get("running") == 2, timeout=30, message="shown running")
+    wait_for(lambda: outcome(sql).get("succeeded") == 2, timeout=30, message="long jobs done")
+    long = list(transitions(sql).values())
+    assert long == [["scheduled>claimed", "claimed>running", "running>succeeded"]] * 2, long
     sql.execute("DROP TRIGGER test_log_transition ON tasksapp_job")
 
 
@@ -100,12 +113,14 @@ def test_a_killed_workers_jobs_whose_starts_were_deferred_return_at_once_counted
         TEMPO_RUN_LEASE_SECONDS="30",
         TEMPO_CLAIM_TTL_SECONDS="20",
         TEMPO_DEFERRED_START_SECONDS="8",
+        TEMPO_BATCH_PARALLELISM="4",  # the four in one message, run side by side
     )
     create_tables(sql)
     cluster.dispatcher("d1")
-    cluster.worker("w1", concurrency=4)
+    cluster.worker("w1", concurrency=1)
     live_worker(sql, cluster.processes["w1"].pid)
     ids = insert_blocking(sql, count=4, delivery="at_least_once", key="deferred")
+    same_run_time(sql)
     wait_until_running(sql, ids)
     assert states(sql, ids) == {"claimed": 4}  # the handlers run; no start written yet
     held = sql.execute(

@@ -464,7 +464,9 @@ def execute_batch(
             claims=pairs,
             worker=keeper.name,
             ttl=keeper.ttl,
-            defer_at_least_once=keeper.defers_starts(),
+            # A message of one job starts it as before: its record on the worker's row
+            # would cost as much as the write it saves, on a row its other slots share.
+            defer_at_least_once=len(pairs) > 1 and keeper.defers_starts(),
         )
     )
     if any(job.delivery == Delivery.AT_MOST_ONCE for job in started):
