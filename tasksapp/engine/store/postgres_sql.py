@@ -220,18 +220,22 @@ STARTED_OUTPUT = ",\n          ".join(
     f"{value} AS {name}" for name, value in STARTED_COLUMNS.items()
 )
 
+# What a start sets, and which claimed jobs of a message it may start.
+START_SET = f"""state = {RUNNING}, attempts = j.attempts + 1,
+    started_at = greatest(j.run_at, clock_timestamp()),
+    claimed_by = %(worker)s,
+    lease_expires_at = greatest(j.run_at, clock_timestamp()) + make_interval(secs => %(ttl)s)"""
+STARTABLE = f"""j.id = ANY(%(ids)s::bigint[]) AND j.lease_token = {TOKEN_OF_ROW}
+  AND (j.state = {CLAIMED}) IS TRUE
+  AND j.run_at <= clock_timestamp() + make_interval(secs => %(lead)s)"""
+
 # The worker starts a job as soon as its message arrives, up to `lead` seconds before
 # run_at (the dispatcher claims 40 ms ahead), and waits for run_at itself before calling
 # the handler (tasksapp.engine.worker.executor).
 START_CLAIMED = f"""
 UPDATE {JOB_TABLE} j
-SET state = {RUNNING}, attempts = j.attempts + 1,
-    started_at = greatest(j.run_at, clock_timestamp()),
-    claimed_by = %(worker)s,
-    lease_expires_at = greatest(j.run_at, clock_timestamp()) + make_interval(secs => %(ttl)s)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.lease_token = {TOKEN_OF_ROW}
-  AND (j.state = {CLAIMED}) IS TRUE
-  AND j.run_at <= clock_timestamp() + make_interval(secs => %(lead)s)
+SET {START_SET}
+WHERE {STARTABLE}
 RETURNING {STARTED_OUTPUT}
 """
 
@@ -247,22 +251,15 @@ WITH registered AS (
     WHERE name = %(worker)s
 ), started AS (
     UPDATE {JOB_TABLE} j
-    SET state = {RUNNING}, attempts = j.attempts + 1,
-        started_at = greatest(j.run_at, clock_timestamp()),
-        claimed_by = %(worker)s,
-        lease_expires_at = greatest(j.run_at, clock_timestamp()) + make_interval(secs => %(ttl)s)
-    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.lease_token = {TOKEN_OF_ROW}
-      AND (j.state = {CLAIMED}) IS TRUE AND j.delivery <> {AT_LEAST_ONCE}
-      AND j.run_at <= clock_timestamp() + make_interval(secs => %(lead)s)
+    SET {START_SET}
+    WHERE {STARTABLE} AND j.delivery <> {AT_LEAST_ONCE}
     RETURNING {STARTED_OUTPUT}, true AS start_written
 )
 SELECT * FROM started
 UNION ALL
 SELECT {STARTED_OUTPUT.replace("j.attempts AS attempt", f"{ATTEMPT} AS attempt")}, false
 FROM {JOB_TABLE} j
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.lease_token = {TOKEN_OF_ROW}
-  AND (j.state = {CLAIMED}) IS TRUE AND j.delivery = {AT_LEAST_ONCE}
-  AND j.run_at <= clock_timestamp() + make_interval(secs => %(lead)s)
+WHERE {STARTABLE} AND j.delivery = {AT_LEAST_ONCE}
 """
 
 # The deferred starts of jobs a worker still runs: claimed -> running, as START_CLAIMED
