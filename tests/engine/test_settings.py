@@ -65,3 +65,16 @@ def test_the_session_connection_goes_to_the_direct_url_with_server_keepalives(se
     assert (params["host"], params["port"], params["dbname"]) == ("db.internal", 5433, "jobs")
     assert (params["user"], params["password"]) == ("tempo", "pw")
     assert "tcp_keepalives_idle" in params["options"] and params["keepalives"] == 1
+
+
+@pytest.mark.parametrize("deferral", [-1.0, 5.5])
+def test_a_deferred_start_must_fit_well_within_the_claim(settings, deferral):
+    settings.TEMPO = {
+        **settings.TEMPO,
+        "CLAIM_TTL_SECONDS": 10.0,
+        "DEFERRED_START_SECONDS": deferral,
+    }
+    with pytest.raises(ValueError, match="TEMPO_DEFERRED_START_SECONDS must be between 0"):
+        TempoSettings.load()
+    settings.TEMPO = {**settings.TEMPO, "DEFERRED_START_SECONDS": 5.0}
+    assert TempoSettings.load().deferred_start_seconds == 5.0
