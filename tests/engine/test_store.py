@@ -135,6 +135,26 @@ def test_a_failure_appends_one_error_entry(store, state, retry_in):
     assert retried == (retry_in is not None)
 
 
+def test_a_late_start_of_a_claimed_job_needs_its_token_and_counts_the_attempt_once(store):
+    asked, other = JobFactory(), JobFactory()
+    tokens = {job.id: claimed(store, job).token for job in (asked, other)}
+    services.job_cancel(job_id=asked.id)
+    began = other.run_at + dt.timedelta(milliseconds=2)
+    late = [
+        (asked.id, tokens[asked.id], None),
+        (other.id, tokens[other.id], began.timestamp() * 1000),
+    ]
+    stale = store.start_held(began=[(other.id, tokens[other.id] - 1, None)], worker="w", ttl=30)
+    started = store.start_held(began=late, worker="w", ttl=30)
+    again = store.start_held(began=late, worker="w", ttl=30)
+    assert (stale.count, started.count, again.count) == (0, 2, 0)
+    assert started.cancel_requested == frozenset({asked.id})
+    other.refresh_from_db()
+    assert (other.state, other.attempts, other.claimed_by) == (JobState.RUNNING, 1, "w")
+    assert abs(other.started_at - began) <= dt.timedelta(microseconds=1)
+    assert other.lease_expires_at > timezone.now() + dt.timedelta(seconds=25)
+
+
 def test_a_renewal_extends_only_current_leases(store):
     job = JobFactory()
     started = running(store, job, ttl=1)
