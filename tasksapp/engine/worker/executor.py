@@ -179,6 +179,9 @@ class LeaseKeeper:
         self._stopped = threading.Event()
         self._wake = threading.Event()  # a deferred start now due sooner than the next beat
         self._next_wake = float("inf")
+        # Whether this process's row may still record deferred starts (held jobs) that
+        # the next beat should prune: none deferred since the record was last emptied.
+        self._may_record_held = True  # a row left by an earlier process of this name
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
         self._thread.start()
         self._watchdog = threading.Thread(target=self._watch, name="time-limits", daemon=True)
@@ -211,6 +214,7 @@ class LeaseKeeper:
         with self._lock:
             self._held[job.id] = held
             if not job.start_written:
+                self._may_record_held = True
                 held.start_due = time.monotonic() + self.settings.deferred_start_seconds
                 wake = held.start_due < self._next_wake
                 self._next_wake = min(self._next_wake, held.start_due)
@@ -323,10 +327,19 @@ class LeaseKeeper:
             ]
             running, counts = len(self._held), dict(self._counts)
             self._counts = {"succeeded": 0, "failed": 0}
+            # The prune keeps the jobs still claimed, those whose start is still deferred:
+            # only their record is left for a later beat to prune.
+            prune = self._may_record_held and self.liveness is not None
+            if prune:
+                self._may_record_held = any(h.start_due is not None for h in self._held.values())
         renewed = job_renew(leases=leases, ttl=self.ttl)
         self._signal_cancels(renewed.cancel_requested)
-        if self.liveness is not None:
-            job_prune_held(worker=self.name)
+        if prune:
+            try:
+                job_prune_held(worker=self.name)
+            except Exception:
+                self._may_record_held = True  # tried again at the next beat
+                raise
         updated = WorkerProcess.objects.filter(name=self.name).update(
             heartbeat_at=timezone.now(),
             running=running,

@@ -14,6 +14,7 @@ from tasksapp.engine.worker.executor import execute_batch
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
+NOOP = "tests.handlers.recording.noop"
 
 
 def claim_and_run(*jobs):
@@ -341,3 +342,33 @@ def test_successes_are_recorded_on_a_new_connection_after_the_database_came_back
     assert execute_batch([[claim.id, claim.token, claim.run_at_ms]]) == 1
     job.refresh_from_db()
     assert (job.state, job.attempts, len(failures)) == (JobState.SUCCEEDED, 1, 2)
+
+
+def test_a_beat_prunes_the_record_of_deferred_starts_only_while_there_may_be_one():
+    """A batch's deferred starts are recorded on the worker's row; the next beat empties
+    the record once their jobs ended, and later beats leave the row alone until some
+    start is deferred again."""
+    from django.test.utils import CaptureQueriesContext
+
+    from tasksapp.engine.models import WorkerProcess
+
+    keeper = executor.lease_keeper()
+
+    def beat_prunes() -> bool:
+        with CaptureQueriesContext(connection) as queries:
+            keeper._renew_and_beat()
+        return any("SET held" in query["sql"] for query in queries)
+
+    def record():
+        return WorkerProcess.objects.get(name=keeper.name).held
+
+    def short_jobs():
+        return JobFactory.create_batch(2, delivery="at_least_once", handler=NOOP)
+
+    jobs = short_jobs()
+    assert claim_and_run(*jobs) == 2
+    assert keeper.defers_starts() and set(record()) == {str(job.id) for job in jobs}
+    assert beat_prunes() and record() is None
+    assert not beat_prunes()
+    assert claim_and_run(*short_jobs()) == 2
+    assert beat_prunes() and record() is None
