@@ -9,6 +9,7 @@ skipped.
 """
 
 from tasksapp.engine.sql import JOB_TABLE
+from tasksapp.engine.store.postgres_sql import LEASED
 
 MEMBER_TABLE = "tasksapp_member"
 TASK_TABLE = "tasksapp_recurringtask"
@@ -38,11 +39,15 @@ MEMBERS_PER_SLICE = f"""
 SELECT least(floor(phase * %(slices)s)::int, %(slices)s - 1), count(*)
 FROM {MEMBER_TABLE} WHERE active GROUP BY 1
 """
+# The jobs in flight are read apart: job_handler_run_at_idx leaves them out, job_lease_idx
+# holds them.
+_OF_THE_PERIOD = "handler = %(handler)s AND run_at >= %(start)s AND run_at < %(end)s"
 JOB_LOAD = f"""
 SELECT least(floor(extract(epoch FROM run_at - %(start)s) / %(width)s)::int, %(buckets)s - 1),
        count(*)
-FROM {JOB_TABLE}
-WHERE handler = %(handler)s AND run_at >= %(start)s AND run_at < %(end)s
+FROM (SELECT run_at FROM {JOB_TABLE} WHERE {_OF_THE_PERIOD} AND NOT (state IN ({LEASED}))
+      UNION ALL
+      SELECT run_at FROM {JOB_TABLE} WHERE {_OF_THE_PERIOD} AND state IN ({LEASED})) jobs
 GROUP BY 1
 """
 

@@ -1,4 +1,4 @@
-from .jobs import DUE_STATES, FINAL_STATES, LEASED_STATES, Delivery, Job, JobState
+from .jobs import DUE_STATES, FINAL_STATES, LEASED_STATES, NOT_LEASED, Delivery, Job, JobState
 from .processes import Dispatcher, DispatcherCounter, WorkerProcess
 from .routing import JobQueue, RoutingMode
 
@@ -6,6 +6,7 @@ __all__ = [
     "DUE_STATES",
     "FINAL_STATES",
     "LEASED_STATES",
+    "NOT_LEASED",
     "Delivery",
     "Dispatcher",
     "DispatcherCounter",

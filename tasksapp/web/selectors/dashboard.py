@@ -2,10 +2,11 @@
 lag, failures and retries, the dispatchers' cost score, process liveness.
 
 Every read is bounded by an index, never a scan of the jobs table: counts by state stop
-at `EXACT_COUNT_CAP` rows per state (`job_state_run_at_idx`) and beyond it fall back to
-the planner's statistics; time windows are ranges of `job_started_at_idx` and
-`job_finished_at_idx` (migration 0007). PostgreSQL runs the named statements below; the
-embedded SQLite mode computes the same through the ORM.
+at `EXACT_COUNT_CAP` rows per state (`job_state_run_at_idx`; `job_lease_idx` for the jobs
+in flight, which the former leaves out) and beyond it fall back to the planner's
+statistics; time windows are ranges of `job_started_at_idx` and `job_finished_at_idx`
+(migration 0007). PostgreSQL runs the named statements below; the embedded SQLite mode
+computes the same through the ORM.
 """
 
 from __future__ import annotations
@@ -41,12 +42,14 @@ LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30
 # and single-row read counts.
 COST_WEIGHTS = {"polls": 100, "claims_lost": 10, "single_reads": 1}
 
-SQL_STATE_COUNTS = """
-SELECT s.state,
-       (SELECT count(*) FROM (SELECT 1 FROM tasksapp_job j WHERE j.state = s.state
-                              LIMIT %(cap)s) capped)
-FROM unnest(%(states)s::text[]) AS s(state)
-"""
+# One capped count per state, each state written out: the planner sees which index
+# holds it (job_state_run_at_idx, or job_lease_idx for the jobs in flight, which the
+# former leaves out). The states are the model's constants, never input.
+SQL_STATE_COUNTS = "\nUNION ALL\n".join(
+    f"SELECT '{state}', (SELECT count(*) FROM (SELECT 1 FROM tasksapp_job "
+    f"WHERE state = '{state}' LIMIT %(cap)s) capped)"
+    for state in JobState.values
+)
 SQL_STATE_ESTIMATES = """
 SELECT c.reltuples, st.most_common_vals::text::text[], st.most_common_freqs
 FROM pg_class c
@@ -100,7 +103,7 @@ def job_state_counts(*, cap: int = EXACT_COUNT_CAP) -> list[StateCount]:
     if not _postgres():
         found = dict(Job.objects.values_list("state").annotate(n=Count("id")).order_by())
         return [StateCount(s, found.get(s, 0), True) for s in states]
-    counts = dict(_fetch(SQL_STATE_COUNTS, {"states": states, "cap": cap}))
+    counts = dict(_fetch(SQL_STATE_COUNTS, {"cap": cap}))
     estimates = _state_estimates() if any(n >= cap for n in counts.values()) else {}
     return [
         StateCount(s, counts[s], True)

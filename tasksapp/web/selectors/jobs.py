@@ -4,7 +4,9 @@ The list is ordered by (run_at, id), latest first, and pages by keyset (`before`
 row shown): each page is one index range, whatever its depth, and nothing counts all
 rows. Filters map onto indexes: state → `job_state_run_at_idx`, handler or recurring
 task → `job_handler_run_at_idx`, none → `job_run_at_id_idx`; a member's jobs are found
-by their idempotency keys (`plan:<task>:<period>:<member>`) in the unique index.
+by their idempotency keys (`plan:<task>:<period>:<member>`) in the unique index. The
+three run-time indexes leave out the jobs in flight (claimed, running): without a state
+filter those are read apart through `job_lease_idx` and merged into the page.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from django.db.models import Case, F, JSONField, Q, QuerySet, TextField, Value, 
 from django.db.models.functions import Cast, Length
 
 from tasksapp.engine.jsonvalues import safe_json
-from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.models import LEASED_STATES, NOT_LEASED, Job, JobState
 from tasksapp.graphs.selectors import GraphView, graph_run_get, graph_run_id_for_job
 from tasksapp.recurring.models import Member, RecurringTask, SlicePlan
 from tasksapp.recurring.services import job_key_prefix
@@ -155,13 +157,26 @@ def job_page(
         jobs = jobs.only(*columns)
     if json_inline_chars is not None:
         jobs = _large_json_left_out(jobs, json_inline_chars)
-    rows = list(jobs.order_by("-run_at", "-id")[: limit + 1])
+    rows = _latest(jobs, limit + 1, by_state=bool(filters.state))
     more = len(rows) > limit
     rows = rows[:limit]
     if json_inline_chars is not None:
         for job in rows:
             _inline_json(job, json_inline_chars)
     return JobPage(rows, cursor_encode(rows[-1]) if more and rows else None, filters)
+
+
+def _latest(jobs: QuerySet[Job], count: int, *, by_state: bool) -> list[Job]:
+    """The first `count` of `jobs` by (run_at, id), latest first. Filtered by state, one
+    index range. Otherwise the jobs in flight, which the run-time indexes leave out, are
+    read apart (a few, through job_lease_idx) and merged with the others."""
+    latest = ("-run_at", "-id")
+    if by_state:
+        return list(jobs.order_by(*latest)[:count])
+    settled = list(jobs.filter(NOT_LEASED).order_by(*latest)[:count])
+    in_flight = list(jobs.filter(state__in=LEASED_STATES).order_by(*latest)[:count])
+    merged = sorted(settled + in_flight, key=lambda job: (job.run_at, job.id), reverse=True)
+    return merged[:count]
 
 
 def _large_json_left_out(jobs: QuerySet[Job], chars: int) -> QuerySet[Job]:
