@@ -26,6 +26,7 @@ import redis
 from tqdm import tqdm
 
 from bench.common import BROKER_URL, ROOT, BenchDatabase, bench_cluster, summary, table, write_json
+from bench.cpu import cpu_by_part, cpu_spent
 from tests.processes.support import Cluster
 
 NOOP = "tests.handlers.recording.noop"
@@ -104,8 +105,12 @@ def tempo_burst(args, n: int, delivery: str, pool: str = "prefork") -> dict:
                 cluster._start(name, worker_args(cluster, name, args.concurrency, pool))
             for i in range(args.dispatchers):
                 cluster.dispatcher(f"d{i + 1}")
+            # From a second before the run time (claims come some ms ahead of it).
+            time.sleep(max(0.0, at - 1 - time.time()))
+            cpu_before = cpu_by_part(cluster)
             time.sleep(max(0.0, at - time.time()))
             wait_done(conn, n, timeout=600)
+            cpu = cpu_spent(cpu_before, cpu_by_part(cluster))
         finally:
             cluster.stop()
         lags = [
@@ -139,7 +144,21 @@ def tempo_burst(args, n: int, delivery: str, pool: str = "prefork") -> dict:
         "claim_max_ms": round(claim["max"]),
         "started_early": early,
         "not_exactly_one_attempt": twice,
+        "cpu_s": ", ".join(f"{k} {v:.2f}" for k, v in _cpu_by_kind(cpu).items()),
     }
+
+
+def _cpu_by_kind(cpu: dict[str, float]) -> dict[str, float]:
+    """CPU seconds between a second before the run time and the last job's end, by kind
+    of process: the workers' main processes, their pool children, the dispatchers, the
+    servers (cluster processes are named w1, w1 pool, d1, ...)."""
+    kinds: dict[str, float] = {}
+    for part, seconds in cpu.items():
+        name, _, pool = part.partition(" ")
+        kind = {"w": "worker main", "d": "dispatchers"}.get(name.rstrip("0123456789"), name)
+        kind = "worker pool" if pool else kind
+        kinds[kind] = round(kinds.get(kind, 0.0) + seconds, 2)
+    return kinds
 
 
 def raw_celery(args, n: int) -> dict:
@@ -232,6 +251,7 @@ COLUMNS = [
     "claim_max_ms",
     "started_early",
     "not_exactly_one_attempt",
+    "cpu_s",
 ]
 
 if __name__ == "__main__":
