@@ -163,6 +163,8 @@ def checked_json(
     over `max_bytes`. Messages start with `what` (e.g. "payload") and say where; the
     size message names `limit_name` (a setting) if given.
     """
+    if value is None:  # most handlers return nothing: no walk, no text
+        return None
     _check_walk(value, what=what, max_depth=max_depth)
     text = json.dumps(value, allow_nan=False)  # ensure_ascii: as Django writes the column
     if len(text) > max_bytes:  # ASCII only: characters are bytes

@@ -63,4 +63,6 @@ def tightened(started: list[StartedJob]) -> list[StartedJob]:
         if clock.slack_ms(first) <= TIGHT_MS or first - time.monotonic() < READ_BEFORE_S:
             break
         clock = memory.tightest(database_time())
+    if all(job.clock is clock for job in started):  # the start's answer was the tightest
+        return started
     return [dataclasses.replace(job, clock=clock) for job in started]
