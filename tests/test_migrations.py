@@ -42,3 +42,32 @@ def test_handler_paths_of_moved_modules_are_renamed_both_ways():
         assert Job.objects.get(id=old.id).handler == "tasksapp.demo.greet"
     finally:
         migrate_to_latest()
+
+
+def index_conditions(names) -> dict[str, str | None]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = ANY(%s)",
+            [list(names)],
+        )
+        return dict(cursor.fetchall())
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's index conditions")
+def test_the_run_time_indexes_lose_and_regain_the_jobs_in_flight():
+    """0019 rebuilds three indexes without the jobs in flight, each under its own name,
+    and back; nothing is left of the rebuild."""
+    names = ("job_state_run_at_idx", "job_handler_run_at_idx", "job_run_at_id_idx")
+    rebuilt = [f"{name}_rebuilt" for name in names]
+    try:
+        migrate([("tasksapp", "0018_worker_deferred_starts")])
+        assert index_conditions([*names, *rebuilt]) == dict.fromkeys(names)
+        migrate([("tasksapp", "0019_job_indexes_without_jobs_in_flight")])
+        conditions = index_conditions([*names, *rebuilt])
+        assert set(conditions) == set(names)
+        for condition in conditions.values():
+            assert condition.startswith("(NOT ") and "'claimed'" in condition
+            assert "'running'" in condition
+    finally:
+        migrate_to_latest()
