@@ -266,10 +266,7 @@ def plans(conn, ids: dict, now: dt.datetime) -> dict:
     lag_states = list(d.LAG_STATES)
     return {
         "start lag, last day": top(d.SQL_LAG, {"since": day, "lag_states": lag_states}),
-        "jobs by state (capped)": top(
-            d.SQL_STATE_COUNTS,
-            {"states": ["succeeded"], "cap": d.EXACT_COUNT_CAP},  # states: before 0019
-        ),
+        "jobs by state (capped)": top(d.SQL_STATE_COUNTS, {"cap": d.EXACT_COUNT_CAP}),
         "job list page": top(
             "SELECT id FROM tasksapp_job WHERE NOT (state IN ('claimed', 'running')) "
             "ORDER BY run_at DESC, id DESC LIMIT 51",

@@ -17,6 +17,7 @@ from tasksapp.recurring import sql as recurring_sql
 from tasksapp.web.selectors.dashboard import EXACT_COUNT_CAP, SQL_STATE_COUNTS, job_state_counts
 from tasksapp.web.selectors.jobs import JobFilters, job_page
 from tests.factories import JobFactory
+from tests.test_migrations import index_conditions
 
 pytestmark = [
     pytest.mark.django_db,
@@ -74,13 +75,7 @@ def in_flight(index: str) -> str:
 
 
 def test_the_three_indexes_leave_out_claimed_and_running_jobs():
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) FROM pg_index i "
-            "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = ANY(%s)",
-            [list(WITHOUT_JOBS_IN_FLIGHT)],
-        )
-        conditions = dict(cursor.fetchall())
+    conditions = index_conditions(WITHOUT_JOBS_IN_FLIGHT)
     assert set(conditions) == set(WITHOUT_JOBS_IN_FLIGHT)
     for condition in conditions.values():
         assert condition.startswith("(NOT ") and "'claimed'" in condition
