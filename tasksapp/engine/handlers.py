@@ -156,12 +156,12 @@ class HandlerRegistry:
 
     def get(self, name: Any) -> Handler:
         """The handler registered as ``name``; HandlerError saying how to register it."""
+        handler = self._handlers.get(name) if isinstance(name, str) else None
+        if handler is not None:  # registered, so well formed: checked once, by register
+            return handler
         if not is_handler_name(name):
             raise HandlerError(ERR_HANDLER_PATH)
-        handler = self._handlers.get(name)
-        if handler is None:
-            raise HandlerError(ERR_HANDLER_UNKNOWN.format(name=name, known=self._known()))
-        return handler
+        raise HandlerError(ERR_HANDLER_UNKNOWN.format(name=name, known=self._known()))
 
     def __contains__(self, name: object) -> bool:
         return name in self._handlers

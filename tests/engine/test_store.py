@@ -94,6 +94,21 @@ def test_a_start_needs_the_current_token_and_returns_the_job(store):
     assert job.state == JobState.RUNNING and job.claimed_by == "w" and job.attempts == 1
 
 
+@pytest.mark.parametrize(
+    "run_at",
+    [
+        dt.datetime(1901, 12, 13, 20, 45, 52, 999_999, tzinfo=dt.UTC),  # before the epoch
+        dt.datetime(2026, 11, 28, 3, 0, 0, 1, tzinfo=dt.UTC),
+    ],
+    ids=["1901", "2026"],
+)
+def test_a_start_returns_the_run_time_to_the_microsecond(store, run_at):
+    job = JobFactory(run_at=run_at)
+    claim = claimed(store, job)
+    (started,) = store.start(claims=[(job.id, claim.token)], worker="w", ttl=5, lead=1.0)
+    assert started.run_at == run_at and started.run_at.utcoffset() == dt.timedelta(0)
+
+
 def test_a_start_refuses_a_job_due_beyond_the_lead(store):
     job = JobFactory(run_at=timezone.now() + dt.timedelta(seconds=3))
     claim = claimed(store, job, lead=5)

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields, replace
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from django.db import connection, transaction
@@ -36,6 +37,7 @@ from .rows import (
     Reaped,
     Renewed,
     StartedJob,
+    from_us,
 )
 
 T = TypeVar("T")
@@ -186,22 +188,19 @@ class PostgresJobStore(InsertsBySource):
         lead: float,
         defer_at_least_once: bool = False,
     ) -> list[StartedJob]:
-        params = {**sql.fenced_params(claims), "worker": worker, "ttl": ttl}
-        statement, columns = sql.START_CLAIMED, list(sql.STARTED_COLUMNS)
-        if defer_at_least_once:
-            statement, columns = sql.START_DEFERRING, [*columns, "start_written"]
+        params = {**sql.fenced_params(claims), "worker": worker, "ttl": ttl, "lead": lead}
+        statement = sql.START_DEFERRING if defer_at_least_once else sql.START_CLAIMED
         sent = time.monotonic()
         with engine_cursor() as cursor:
-            cursor.execute(statement, {**params, "lead": lead})
+            cursor.execute(statement, params)
             rows = cursor.fetchall()
         received = time.monotonic()
         if not rows:
             return []
-        named = [dict(zip(columns, row, strict=True)) for row in rows]
-        clock = DatabaseTime(max(row["read_ms"] for row in named), received, sent)
+        clock = DatabaseTime(max(row[_READ_MS] for row in rows), received, sent)
         sent_order = {job_id: i for i, (job_id, _) in enumerate(claims)}  # by run_at
-        named.sort(key=lambda row: sent_order[row["id"]])
-        return [_started(row, clock) for row in named]
+        rows.sort(key=lambda row: sent_order[row[0]])
+        return [_started(row, clock) for row in rows]
 
     def start_held(
         self, *, began: Sequence[tuple[int, int, float | None]], worker: str, ttl: float
@@ -313,7 +312,37 @@ class PostgresJobStore(InsertsBySource):
             return cursor.fetchone()
 
 
-def _started(row: dict[str, Any], clock: DatabaseTime) -> StartedJob:
-    del row["read_ms"]
-    row["payload"], row["retry_policy"] = _loaded(row["payload"]), _loaded(row["retry_policy"])
-    return StartedJob(**row, clock=clock)
+_READ_MS = list(sql.STARTED_COLUMNS).index("read_ms")
+
+
+def _started(row: tuple, clock: DatabaseTime) -> StartedJob:
+    """A start's row (sql.STARTED_COLUMNS, then START_DEFERRING's `start_written`)."""
+    (job_id, token, handler, payload, attempt, max_attempts, delivery, retry_policy, key,
+     run_at_us, time_limit, cancel_requested, _, *start_written) = row  # fmt: skip
+    return StartedJob(
+        job_id,
+        token,
+        handler,
+        _loaded(payload),
+        attempt,
+        max_attempts,
+        delivery,
+        _retry_policy(retry_policy),
+        key,
+        from_us(run_at_us),
+        time_limit,
+        clock,
+        cancel_requested,
+        *start_written,
+    )
+
+
+@lru_cache(maxsize=256)
+def _parsed_policy(text: str) -> dict:
+    return json.loads(text)
+
+
+def _retry_policy(value: Any) -> dict:
+    """A started job's retry policy: parsed once per distinct text (a burst's jobs mostly
+    share one), the parsed dict shared by them: the worker only reads it."""
+    return _parsed_policy(value) if isinstance(value, str) else value

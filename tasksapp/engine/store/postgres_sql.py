@@ -197,8 +197,9 @@ UPDATE {QUEUE_TABLE} SET rate_tat = to_timestamp(%(tat_ms)s::float8 / 1000)
 WHERE name = %(queue)s
 """
 
-# What a start returns, by StartedJob field: the prepared cursor gives plain tuples, so
-# the statement's output list and the reading of its rows both come from this mapping.
+# What a start returns, by StartedJob field, in the order its rows are read
+# (postgres._started): the prepared cursor gives plain tuples. `run_at` comes as whole
+# microseconds since the epoch, exact and cheaper to read than a timestamptz's text.
 # `read_ms` is the database clock, read before the answer left: the worker's lower bound
 # of the database time from then on.
 STARTED_COLUMNS = {
@@ -211,7 +212,7 @@ STARTED_COLUMNS = {
     "delivery": "j.delivery",
     "retry_policy": "j.retry_policy",
     "idempotency_key": "j.idempotency_key",
-    "run_at": "j.run_at",
+    "run_at": "(extract(epoch FROM j.run_at) * 1000000)::bigint",
     "time_limit": "j.time_limit",
     "cancel_requested": "j.cancel_requested_at IS NOT NULL",
     "read_ms": CLOCK_MS,

@@ -25,6 +25,10 @@ def from_ms(ms: float) -> dt.datetime:
     return _EPOCH + dt.timedelta(milliseconds=ms)
 
 
+def from_us(us: int) -> dt.datetime:
+    return _EPOCH + dt.timedelta(microseconds=us)
+
+
 # --- transitions -----------------------------------------------------------------------
 
 
@@ -120,6 +124,14 @@ class StartedJob:
     # False: an at-least-once job whose start is deferred (it is still `claimed`): the
     # worker writes it if the job is still running TEMPO_DEFERRED_START_SECONDS later.
     start_written: bool = True
+
+    def with_clock(self, clock: DatabaseTime) -> StartedJob:
+        """This job with a tighter bound of the database clock. A copy of its fields, not
+        `dataclasses.replace`, which would check and pass each of them again: a burst
+        makes one copy per job."""
+        copy = object.__new__(StartedJob)
+        copy.__dict__.update(self.__dict__, clock=clock)
+        return copy
 
     @property
     def begins_at(self) -> float:

@@ -11,7 +11,6 @@ gave it (a reading at run time would make the job late by its own round trip).
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 
@@ -65,4 +64,4 @@ def tightened(started: list[StartedJob]) -> list[StartedJob]:
         clock = memory.tightest(database_time())
     if all(job.clock is clock for job in started):  # the start's answer was the tightest
         return started
-    return [dataclasses.replace(job, clock=clock) for job in started]
+    return [job.with_clock(clock) for job in started]
