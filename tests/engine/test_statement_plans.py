@@ -94,7 +94,12 @@ def linear(plan: dict, count: int) -> bool:
 
 
 def updated(plan: dict) -> int:
-    return next(n for n in all_nodes(plan) if n["Node Type"] == "ModifyTable")["Actual Rows"]
+    """Rows the statement's update of the job table changed."""
+    return next(
+        n
+        for n in all_nodes(plan)
+        if n["Node Type"] == "ModifyTable" and n.get("Relation Name") == JOB_TABLE
+    )["Actual Rows"]
 
 
 def scanned_partial_indexes(plan: dict) -> set[str]:

@@ -228,10 +228,12 @@ def test_a_deferred_start_reads_at_least_once_jobs_and_starts_the_others(worker_
 
 
 def test_a_deferred_job_is_started_and_ended_in_one_update(worker_row):
-    job = JobFactory(delivery="at_least_once")
-    _, [(job_id, token)] = start_deferring(job)
+    job, still_running = JobFactory(delivery="at_least_once"), JobFactory(delivery="at_least_once")
+    _, [(job_id, token), (other_id, other_token)] = start_deferring(job, still_running)
     began = job.run_at + dt.timedelta(milliseconds=2)
     assert job_succeed(outcomes=[(job_id, token + 1, None, None)], worker="host:7") == set()
+    worker_row.refresh_from_db()
+    assert worker_row.held == {str(job_id): token, str(other_id): other_token}
     done = job_succeed(outcomes=[(job_id, token, 5, began.timestamp() * 1000)], worker="host:7")
     assert done == {job_id}
     job.refresh_from_db()
@@ -239,6 +241,9 @@ def test_a_deferred_job_is_started_and_ended_in_one_update(worker_row):
     assert job.claimed_by == "host:7" and abs(job.started_at - began) <= dt.timedelta(
         microseconds=1
     )
+    worker_row.refresh_from_db()
+    assert worker_row.held == {str(other_id): other_token}  # the success left the record
+    job_succeed(outcomes=[(other_id, other_token, None, None)], worker="host:7")
     job_prune_held(worker="host:7")
     worker_row.refresh_from_db()
     assert worker_row.held is None  # nothing claimed left to hold

@@ -291,8 +291,12 @@ WHERE w.name = %(worker)s AND w.held IS NOT NULL
 DB_CLOCK_MS = f"SELECT {CLOCK_MS} AS read_ms"
 
 # started_at becomes the moment the handler began (the worker's lower bound of the
-# database time then, in ms), where the worker sent one.
+# database time then, in ms), where the worker sent one. The jobs that succeeded leave
+# the worker's record of its deferred starts at once: kept until the next beat's prune,
+# the record grew with every job of a burst, and each deferring start rewrote all of it
+# (a start of 157 jobs took up to 44 ms after 20,000 of them).
 SUCCEED_RUNNING = f"""
+WITH succeeded AS (
 UPDATE {JOB_TABLE} j
 SET state = {SUCCEEDED}, finished_at = clock_timestamp(),
     result = nullif({OUTCOME_OF_ROW} -> 2, 'null'::jsonb),
@@ -306,6 +310,14 @@ WHERE j.id = ANY(%(ids)s::bigint[])
   AND j.lease_token = ({OUTCOME_OF_ROW} ->> 0)::bigint
   AND (j.state IN {HELD}) IS TRUE
 RETURNING j.id
+), forgotten AS (
+    UPDATE tasksapp_workerprocess w
+    SET held = (SELECT jsonb_object_agg(h.key, h.value) FROM jsonb_each(w.held) h
+                WHERE h.key NOT IN (SELECT id::text FROM succeeded))
+    WHERE w.name = %(worker)s AND w.held IS NOT NULL
+      AND EXISTS (SELECT 1 FROM succeeded WHERE w.held ? id::text)
+)
+SELECT id FROM succeeded
 """
 
 FAIL_RUNNING = f"""

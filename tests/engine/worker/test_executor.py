@@ -345,9 +345,9 @@ def test_successes_are_recorded_on_a_new_connection_after_the_database_came_back
 
 
 def test_a_beat_prunes_the_record_of_deferred_starts_only_while_there_may_be_one():
-    """A batch's deferred starts are recorded on the worker's row; the next beat empties
-    the record once their jobs ended, and later beats leave the row alone until some
-    start is deferred again."""
+    """A batch's deferred starts are recorded on the worker's row. Their successes take
+    them out of it at once; a job that failed stays in it until the next beat empties
+    the record, and later beats leave the row alone until some start is deferred again."""
     from django.test.utils import CaptureQueriesContext
 
     from tasksapp.engine.models import WorkerProcess
@@ -362,13 +362,15 @@ def test_a_beat_prunes_the_record_of_deferred_starts_only_while_there_may_be_one
     def record():
         return WorkerProcess.objects.get(name=keeper.name).held
 
-    def short_jobs():
-        return JobFactory.create_batch(2, delivery="at_least_once", handler=NOOP)
+    def short_jobs(handler=NOOP):
+        return JobFactory.create_batch(2, delivery="at_least_once", handler=handler)
 
-    jobs = short_jobs()
-    assert claim_and_run(*jobs) == 2
-    assert keeper.defers_starts() and set(record()) == {str(job.id) for job in jobs}
+    assert claim_and_run(*short_jobs()) == 2
+    assert keeper.defers_starts() and record() is None  # the successes left the record
+    failing = short_jobs("tests.handlers.recording.fail_until")
+    assert claim_and_run(*failing) == 2
+    assert set(record()) == {str(job.id) for job in failing}
     assert beat_prunes() and record() is None
     assert not beat_prunes()
-    assert claim_and_run(*short_jobs()) == 2
+    assert claim_and_run(*short_jobs("tests.handlers.recording.fail_until")) == 2
     assert beat_prunes() and record() is None
