@@ -3,8 +3,8 @@ time its statements take.
 
     python -m bench.burst.worker_path [--jobs 20000] [--batch 157] [--rounds 3]
 
-A fresh database gets `--jobs` at-least-once no-op jobs, already claimed (as a
-dispatcher leaves them) and due; this process starts and runs them with the worker's
+A fresh database gets `--jobs` at-least-once no-op jobs, due and claimed by the
+dispatchers' own statement; this process starts and runs them with the worker's
 `execute_batch`, `--batch` jobs a message (157: a claim of 5,000 split into 32 messages,
 as in `bench.burst`). Each round reports the process's CPU and wall time per job. With
 `pg_stat_statements` loaded in the server, the last round also reports the execution time
@@ -19,17 +19,10 @@ import contextlib
 import os
 import time
 
+from bench.burst.__main__ import INSERT, NOOP
 from bench.common import BenchDatabase, django_on, table
 
-INSERT_CLAIMED = """
-INSERT INTO tasksapp_job (handler, payload, run_at, state, attempts, max_attempts,
-    retry_policy, delivery, idempotency_key, lease_token, claimed_by, last_error, errors,
-    claimed_at, lease_expires_at)
-SELECT 'tests.handlers.recording.noop', '{}', now() - interval '1 s', 'claimed', 0, 5,
-    '{"delays": [1]}', 'at_least_once', md5(random()::text || i), 1, 'bench', '', '[]',
-    now(), now() + interval '10 min'
-FROM generate_series(1, %s) AS i
-"""
+CLAIM_TTL_S = 600  # longer than any round: no lease expires under the bench
 STATEMENTS = """
 SELECT calls, rows, total_exec_time, max_exec_time,
        left(regexp_replace(query, '\\s+', ' ', 'g'), 70)
@@ -48,13 +41,20 @@ def parse() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def claimed_batches(cursor, jobs: int, batch: int) -> list[list[list[int]]]:
+def claimed_batches(cursor, jobs: int, batch: int) -> list[list[list[float]]]:
+    """`jobs` due no-op jobs, claimed by the dispatchers' own statement, as messages of
+    [job id, token, run_at in ms] of `batch` jobs each."""
+    from tasksapp.engine.store.postgres_sql import CLAIM_DUE
+
     cursor.execute("TRUNCATE tasksapp_job RESTART IDENTITY CASCADE")
-    cursor.execute(INSERT_CLAIMED, [jobs])
+    due = {"handler": NOOP, "at": time.time() - 1, "n": jobs, "delivery": "at_least_once"}
+    cursor.execute(INSERT, due)
     cursor.execute("VACUUM ANALYZE tasksapp_job")
     cursor.execute("SELECT id FROM tasksapp_job ORDER BY id")
     ids = [row[0] for row in cursor.fetchall()]
-    return [[[job_id, 1, 0] for job_id in ids[i : i + batch]] for i in range(0, jobs, batch)]
+    cursor.execute(CLAIM_DUE, {"owner": "bench", "ttl": CLAIM_TTL_S, "ids": ids, "lead": 0})
+    claims = sorted([job_id, token, run_at_ms] for job_id, token, run_at_ms, _ in cursor.fetchall())
+    return [claims[i : i + batch] for i in range(0, jobs, batch)]
 
 
 def reset_statements(cursor) -> None:
