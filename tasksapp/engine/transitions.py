@@ -56,6 +56,8 @@ __all__ = [
 LEASE_EXPIRED_ERROR = "worker lost: lease expired before the job finished"
 START_LEAD_SECONDS = 1.0  # a job is started at most this long before its run time
 ERROR_MAX_CHARS = 4000  # of an error message kept in last_error and errors
+TRACEBACK_MAX_CHARS = 8000  # of a failed attempt's traceback: its end (the raise) kept
+TRACEBACK_CUT = "[… {n} characters before]\n"
 
 
 # --- dispatcher side -------------------------------------------------------------------
@@ -213,11 +215,31 @@ def job_fail(
     kind: str,
     retry_in: float | None,
     began_ms: float | None = None,
+    traceback: str | None = None,
 ) -> bool:
-    """running → failed (retry after `retry_in` s) or → dead (`retry_in` is None)."""
+    """running → failed (retry after `retry_in` s) or → dead (`retry_in` is None); the
+    attempt's error entry keeps `traceback` (its last TRACEBACK_MAX_CHARS), if given."""
     state = JobState.DEAD if retry_in is None else JobState.FAILED
-    attempt = FailedAttempt(job_id, token, state, error[:ERROR_MAX_CHARS], kind, retry_in, began_ms)
+    attempt = FailedAttempt(
+        job_id,
+        token,
+        state,
+        error[:ERROR_MAX_CHARS],
+        kind,
+        retry_in,
+        began_ms,
+        None if traceback is None else traceback_tail(traceback),
+    )
     return job_store().fail(attempt)
+
+
+def traceback_tail(text: str) -> str:
+    """A traceback within TRACEBACK_MAX_CHARS: its end, where the exception was raised,
+    after a line saying how much was cut."""
+    if len(text) <= TRACEBACK_MAX_CHARS:
+        return text
+    kept = TRACEBACK_MAX_CHARS - len(TRACEBACK_CUT.format(n=len(text)))  # the longest marker
+    return TRACEBACK_CUT.format(n=len(text) - kept) + text[-kept:]
 
 
 def job_release(*, leases: Sequence[tuple[int, int]]) -> int:

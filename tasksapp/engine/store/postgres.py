@@ -236,6 +236,7 @@ class PostgresJobStore(InsertsBySource):
             "error": attempt.error,
             "kind": attempt.kind,
             "began_ms": attempt.began_ms,
+            "traceback": attempt.traceback,
         }
         with _cursor() as cursor:
             cursor.execute(sql.FAIL_RUNNING, params)

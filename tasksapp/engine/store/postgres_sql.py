@@ -48,6 +48,11 @@ HELD = f"({CLAIMED}, {RUNNING})"  # a worker's job: started, or its start deferr
 # One more entry of a job's `errors` (aliased `j`), as the one-element array to append.
 ERROR_ENTRY = f"""jsonb_build_array(jsonb_build_object(
     'attempt', {ATTEMPT}, 'at', clock_timestamp(), 'error', %(error)s, 'kind', %(kind)s))"""
+# ... and a failed attempt's, with the handler's traceback when the worker sent one (a
+# key only then: no `null` in every other entry).
+TRACED_ERROR_ENTRY = f"""jsonb_build_array(jsonb_build_object(
+    'attempt', {ATTEMPT}, 'at', clock_timestamp(), 'error', %(error)s, 'kind', %(kind)s)
+    || jsonb_strip_nulls(jsonb_build_object('traceback', %(traceback)s::text)))"""
 
 CLOCK_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::float8"
 
@@ -329,7 +334,7 @@ SET state = %(state)s,
     started_at = coalesce(to_timestamp(%(began_ms)s::float8 / 1000), started_at,
                           clock_timestamp()),
     attempts = {ATTEMPT}, lease_expires_at = NULL,
-    errors = j.errors || {ERROR_ENTRY}
+    errors = j.errors || {TRACED_ERROR_ENTRY}
 WHERE id = %(id)s AND lease_token = %(token)s AND state IN {HELD}
 RETURNING id
 """

@@ -151,6 +151,7 @@ class FailedAttempt:
     kind: str
     retry_in: float | None
     began_ms: float | None  # when the handler began (database time), if it did
+    traceback: str | None = None  # the handler's, for an exception it raised
 
 
 @dataclass(frozen=True)

@@ -53,9 +53,12 @@ def _in_partitions(partitions: int, owned: Sequence[int]) -> Q:
     return Q(pk__in=Job.objects.alias(p=Mod("id", partitions)).filter(p__in=owned).values("id"))
 
 
-def _error_entry(attempt: int, at: dt.datetime, error: str, kind: str) -> dict[str, Any]:
-    """One more entry of a job's `errors`."""
-    return {"attempt": attempt, "at": at.isoformat(), "error": error, "kind": kind}
+def _error_entry(
+    attempt: int, at: dt.datetime, error: str, kind: str, traceback: str | None = None
+) -> dict[str, Any]:
+    """One more entry of a job's `errors` (its traceback, when there is one)."""
+    entry = {"attempt": attempt, "at": at.isoformat(), "error": error, "kind": kind}
+    return entry if traceback is None else {**entry, "traceback": traceback}
 
 
 def _lost_state(job: Job) -> str:
@@ -314,6 +317,7 @@ class SqliteJobStore(InsertsBySource):
             if job is None:
                 return False
             now = timezone.now()
+            entry = _error_entry(job.attempts, now, error, attempt.kind, attempt.traceback)
             return bool(
                 running.update(
                     state=attempt.state,
@@ -321,7 +325,7 @@ class SqliteJobStore(InsertsBySource):
                     started_at=job.started_at if began_ms is None else from_ms(began_ms),
                     finished_at=now,
                     last_error=error,
-                    errors=[*job.errors, _error_entry(job.attempts, now, error, attempt.kind)],
+                    errors=[*job.errors, entry],
                     claimed_by="",
                     lease_expires_at=None,
                 )

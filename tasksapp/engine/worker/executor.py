@@ -18,6 +18,7 @@ import os
 import socket
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum, auto
@@ -53,6 +54,7 @@ from tasksapp.engine.sessions import flush_commits
 from tasksapp.engine.settings import tempo_settings
 from tasksapp.engine.store.pg_session import transaction_aborted
 from tasksapp.engine.transitions import (
+    TRACEBACK_MAX_CHARS,
     StartedJob,
     job_cancel_running,
     job_fail,
@@ -63,6 +65,7 @@ from tasksapp.engine.transitions import (
     job_start,
     job_start_held,
     job_succeed,
+    traceback_tail,
 )
 from tasksapp.engine.worker.clock import tightened
 from tasksapp.engine.worker.liveness import (
@@ -78,6 +81,7 @@ ERR_RESULT_NOT_STORED = "the result could not be stored: {reason}"
 ERR_TIME_LIMIT = "time limit of {limit:g} s exceeded ({elapsed:.1f} s)"
 ERR_UNREADABLE = "{kind} (its message could not be read)"
 ERROR_TEXT_CHARS = 2000
+TRACEBACK_FRAMES = 50  # of a failed attempt's traceback, the innermost kept
 # Raised into the worker by Celery's own signal handlers (a cold shutdown): the attempt
 # is recorded as failed and the exception goes on, so the worker still stops.
 WORKER_EXITS = (WorkerShutdown, WorkerTerminate)
@@ -719,14 +723,30 @@ def _settle(job: StartedJob, exc: BaseException, began_ms: float | None) -> RunO
     if isinstance(exc, Snooze):
         _record_stop(job_snooze, job_id=job.id, token=job.token, delay=exc.seconds)
         return RunOutcome.STOPPED
+    trace = None
     if isinstance(exc, TimeLimitExceeded):
         error, kind = str(exc), "time_limit"
     elif isinstance(exc, HandlerError):
         error, kind = str(exc), "handler"
     else:
-        error, kind = _describe(exc), "exception"
-    _record_failure(job, error, kind=kind, began_ms=began_ms)
+        error, kind, trace = _describe(exc), "exception", _traceback_of(exc)
+    log.warning("job %s: attempt %s failed: %s%s", job.id, job.attempt, error, _logged(trace))
+    _record_failure(job, error, kind=kind, began_ms=began_ms, trace=trace)
     return RunOutcome.FAILED
+
+
+def _traceback_of(exc: BaseException) -> str | None:
+    """The exception's traceback (its chained ones too), each of its last
+    TRACEBACK_FRAMES frames, storable; None if it cannot be formatted."""
+    try:
+        lines = traceback.format_exception(exc, limit=-TRACEBACK_FRAMES)
+    except Exception:  # noqa: BLE001 - a hostile exception: its error entry says enough
+        return None
+    return safe_text(traceback_tail("".join(lines)), max_chars=TRACEBACK_MAX_CHARS)
+
+
+def _logged(trace: str | None) -> str:
+    return "" if trace is None else "\n" + trace.rstrip("\n")
 
 
 def _describe(exc: BaseException) -> str:
@@ -974,9 +994,11 @@ def _record_failure(
     kind: str,
     began_ms: float | None,
     min_retry_in: float = 0.0,
+    trace: str | None = None,
 ) -> None:
-    """Record one failed attempt. Whatever goes wrong here stays with this job: it is
-    logged, and the job's lease, no longer renewed, expires into the reaper's hands."""
+    """Record one failed attempt (with its traceback, if any). Whatever goes wrong here
+    stays with this job: it is logged, and the job's lease, no longer renewed, expires
+    into the reaper's hands."""
     try:
         decision = retry.decide(
             job.retry_policy, attempt=job.attempt, max_attempts=job.max_attempts
@@ -988,6 +1010,7 @@ def _record_failure(
             kind=kind,
             retry_in=max(decision.delay, min_retry_in) if decision.retry else None,
             began_ms=began_ms,
+            traceback=trace,
         )
     except (DataError, IntegrityError, ValueError, OverflowError):
         log.exception("job %s: its failure could not be recorded; its lease will expire", job.id)
