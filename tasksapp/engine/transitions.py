@@ -136,10 +136,23 @@ def _rate_allowance(limits: QueueLimits, wanted: int) -> tuple[int, float]:
     )
 
 
-def job_reap_expired(*, partitions: int, owned: Sequence[int]) -> Reaped:
+def job_reap_expired(
+    *,
+    partitions: int,
+    owned: Sequence[int],
+    waiting: Sequence[int] = (),
+    ttl: float = 0.0,
+) -> Reaped:
     """Return expired leases in the owned partitions: how many, those due again at once,
-    and the next expiry (ms) there."""
-    return job_store().reap_expired(partitions=partitions, owned=owned, error=LEASE_EXPIRED_ERROR)
+    and the next expiry (ms) there. An unstarted claim among `waiting` (its message may
+    still wait in the broker) keeps its claim and token, its lease renewed for `ttl` s."""
+    return job_store().reap_expired(
+        partitions=partitions,
+        owned=owned,
+        error=LEASE_EXPIRED_ERROR,
+        waiting=waiting,
+        ttl=ttl,
+    )
 
 
 def job_expire_dead_workers(*, grace: float) -> list[str]:

@@ -32,6 +32,7 @@ from tasksapp.engine.dispatcher.coordination import (
     LocalCoordinator,
     PostgresCoordinator,
 )
+from tasksapp.engine.dispatcher.inflight import InFlight, waiting_job_ids
 from tasksapp.engine.dispatcher.limited import LimitedClaimer
 from tasksapp.engine.dispatcher.routing import Route, RoutingRules, routing_rules_read
 from tasksapp.engine.dispatcher.sources.base import (
@@ -82,6 +83,9 @@ MAX_WAIT_SECONDS = 0.1  # wake up this often to notice signals (no query is made
 BROKER_ERRORS = (KombuOperationalError, OSError)
 BROKER_RETRY_SECONDS = 1.0
 NOT_FOUND = "404"  # the reply code of a passive declare of a queue that does not exist
+# Age backpressure: no more claims for a queue while a message sent to it may have waited
+# longer than this share of a claim's lifetime (tasksapp/engine/dispatcher/inflight.py).
+MAX_MESSAGE_WAIT_OF_TTL = 0.5
 
 
 class CeleryPublisher:
@@ -195,6 +199,7 @@ class DispatcherLoop:
         # when its claims' leases want the reaper.
         self.claimer_broker_error: BaseException | None = None
         self.claimer_reaps: deque[float] = deque()
+        self.in_flight = InFlight()  # messages sent that may still wait in the broker
         self.limited = LimitedClaimer(
             claim=self._claim_limited,
             rules=lambda: self.rules,
@@ -487,6 +492,7 @@ class DispatcherLoop:
         except self.broker_errors as exc:  # claimed, not sent: they expire, the reaper returns them
             self._broker_unreachable(exc)
             return False
+        self.in_flight.sent(queue, batches, self.now_ms())
         self.counters.update(messages=len(batches))
         return True
 
@@ -535,25 +541,57 @@ class DispatcherLoop:
         workers start jobs would only let claims expire in the queue and be claimed again."""
         if self.now_ms() < self.broker_retry_at:
             return 0
-        backlog_of = getattr(self.publisher, "backlog", None)
         try:
-            if backlog_of is None:
-                backlog = None
-            elif queue == DEFAULT_QUEUE:
-                backlog = backlog_of()
-            else:
-                backlog = backlog_of(self.settings.celery_queue(queue))
+            backlog = self._backlog(queue)
         except self.broker_errors as exc:
             self._broker_unreachable(exc)
             return 0
         if backlog is None:
             return wanted
+        if self._queue_too_old(queue, backlog):
+            return 0
         free_messages = self.settings.max_queued_messages - backlog
         return min(wanted, max(0, free_messages) * self.settings.max_batch)
 
+    def _backlog(self, queue: str) -> int | None:
+        """Messages waiting in a Tempo queue's Celery queue (None: the broker cannot
+        tell); raises one of `broker_errors` when the broker cannot be reached."""
+        backlog_of = getattr(self.publisher, "backlog", None)
+        if backlog_of is None:
+            return None
+        if queue == DEFAULT_QUEUE:
+            return backlog_of()
+        return backlog_of(self.settings.celery_queue(queue))
+
+    def _queue_too_old(self, queue: str, backlog: int) -> bool:
+        """Age backpressure: a message this dispatcher sent to the queue may have waited
+        there for over half a claim's lifetime: the workers are behind, claim no more."""
+        oldest = self.in_flight.oldest_waiting_ms(queue, backlog)
+        max_wait_ms = self.settings.claim_ttl_seconds * 1000 * MAX_MESSAGE_WAIT_OF_TTL
+        return oldest is not None and self.now_ms() - oldest > max_wait_ms
+
+    def _claims_waiting(self) -> list[int]:
+        """The ids of claims whose messages may still wait in the broker: the reaper
+        keeps their claims (docs: tasksapp/engine/dispatcher/inflight.py)."""
+        waiting: list[int] = []
+        for queue in self.in_flight.queues():
+            try:
+                backlog = self._backlog(queue)
+            except self.broker_errors:
+                continue  # unreachable: returned as ever, claimed again once it answers
+            if backlog is None:  # a hiccup: keep what was sent, asked again next time
+                backlog = self.settings.max_queued_messages
+            waiting += waiting_job_ids(self.in_flight.waiting(queue, backlog))
+        return waiting
+
     def _reap(self, *, everywhere: bool = False) -> None:
         owned = list(range(self.partitions)) if everywhere else self._served()
-        reaped = job_reap_expired(partitions=self.partitions, owned=owned)
+        reaped = job_reap_expired(
+            partitions=self.partitions,
+            owned=owned,
+            waiting=self._claims_waiting(),
+            ttl=self.settings.claim_ttl_seconds,
+        )
         self.counters.update(statements=1, reaped=reaped.count)
         if reaped.count:
             log.info("dispatcher %s: returned %s jobs with expired leases", self.name, reaped.count)

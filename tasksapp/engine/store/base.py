@@ -63,9 +63,19 @@ class JobStore(Protocol):
         """Store the queue's rate limit state (its row locked)."""
         ...
 
-    def reap_expired(self, *, partitions: int, owned: Sequence[int], error: str) -> rows.Reaped:
+    def reap_expired(
+        self,
+        *,
+        partitions: int,
+        owned: Sequence[int],
+        error: str,
+        waiting: Sequence[int] = (),
+        ttl: float = 0.0,
+    ) -> rows.Reaped:
         """Expired leases in the owned partitions: claimed → scheduled; running → lost,
-        dead or failed (with `error`) per delivery mode and attempts."""
+        dead or failed (with `error`) per delivery mode and attempts. A claimed job among
+        `waiting` (its message may still wait in the broker) keeps its claim and token,
+        its lease renewed for `ttl` s, unless an operator asked to cancel it."""
         ...
 
     def expire_dead_workers(self, *, grace: float) -> list[str]:

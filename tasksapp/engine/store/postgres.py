@@ -162,8 +162,21 @@ class PostgresJobStore(InsertsBySource):
         with _cursor() as cursor:
             cursor.execute(sql.SET_RATE_TAT, {"queue": queue, "tat_ms": tat_ms})
 
-    def reap_expired(self, *, partitions: int, owned: Sequence[int], error: str) -> Reaped:
-        params = {"error": error, "kind": LEASE_EXPIRED_KIND}
+    def reap_expired(
+        self,
+        *,
+        partitions: int,
+        owned: Sequence[int],
+        error: str,
+        waiting: Sequence[int] = (),
+        ttl: float = 0.0,
+    ) -> Reaped:
+        params = {
+            "error": error,
+            "kind": LEASE_EXPIRED_KIND,
+            "waiting": list(waiting),
+            "ttl": ttl,
+        }
         with _cursor(_REAPED) as cursor:
             cursor.execute(sql.REAP_EXPIRED, {**params, **_partition_params(partitions, owned)})
             reaped = cursor.fetchone()

@@ -384,8 +384,10 @@ WHERE id = %(id)s AND lease_token = %(token)s AND state IN {HELD}
 RETURNING id
 """
 
-# Expired leases in the owned partitions: a claimed job whose message no worker read goes
-# back to `scheduled` (the message was lost); a running job, or a claimed one a worker
+# Expired leases in the owned partitions: a claimed job whose message may still wait in
+# the broker (`waiting`, as the dispatcher knows it: tasksapp/engine/dispatcher/inflight.py)
+# keeps its claim and token, its lease renewed; a claimed job whose message no worker read
+# goes back to `scheduled` (the message was lost); a running job, or a claimed one a worker
 # holds with its start deferred (its row's `held` has the token), is handled per delivery
 # mode, its attempt counted; a job an operator asked to cancel ends cancelled. Returns how
 # many were reaped, those of them due again at once, and when the next lease in these
@@ -394,13 +396,19 @@ REAP_EXPIRED = f"""
 WITH expired AS (
     SELECT x.id, (x.state = {RUNNING} OR x.delivery = {AT_LEAST_ONCE} AND EXISTS (
                SELECT 1 FROM tasksapp_workerprocess w
-               WHERE w.held ->> x.id::text = x.lease_token::text)) AS began
+               WHERE w.held ->> x.id::text = x.lease_token::text)) AS began,
+           (x.id = ANY(%(waiting)s::bigint[]) AND x.cancel_requested_at IS NULL) AS queued
     FROM {JOB_TABLE} x
     WHERE x.state IN ({LEASED}) AND x.lease_expires_at < clock_timestamp()
       AND {OWNED_PARTITIONS}
     ORDER BY x.lease_expires_at
     LIMIT 10000
     FOR UPDATE SKIP LOCKED
+), kept AS (
+    UPDATE {JOB_TABLE} k
+    SET lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
+    FROM expired e WHERE k.id = e.id AND e.queued AND NOT e.began
+    RETURNING k.lease_expires_at
 ), reaped AS (
     UPDATE {JOB_TABLE} j
     SET state = CASE WHEN j.cancel_requested_at IS NOT NULL THEN {CANCELLED}
@@ -418,7 +426,7 @@ WITH expired AS (
         last_error = CASE WHEN e.began THEN %(error)s ELSE j.last_error END,
         errors = CASE WHEN e.began THEN j.errors || {ERROR_ENTRY} ELSE j.errors END,
         claimed_by = '', lease_expires_at = NULL
-    FROM expired e WHERE j.id = e.id
+    FROM expired e WHERE j.id = e.id AND NOT (e.queued AND NOT e.began)
     RETURNING j.id, j.state, j.run_at, j.priority, j.queue
 )
 SELECT (SELECT count(*) FROM reaped) AS count,
@@ -426,10 +434,11 @@ SELECT (SELECT count(*) FROM reaped) AS count,
                     id, floor(extract(epoch FROM run_at) * 1000)::bigint, priority, queue)
                 ORDER BY run_at), '[]')
         FROM reaped WHERE state IN ({DUE})) AS due,
-       (SELECT floor(extract(epoch FROM min(lease_expires_at)) * 1000)::bigint
-        FROM {JOB_TABLE}
-        WHERE state IN ({LEASED}) AND lease_expires_at >= clock_timestamp()
-          AND {OWNED_PARTITIONS}) AS next_expiry_ms
+       (SELECT floor(extract(epoch FROM least(
+                    (SELECT min(lease_expires_at) FROM kept),
+                    (SELECT min(lease_expires_at) FROM {JOB_TABLE}
+                     WHERE state IN ({LEASED}) AND lease_expires_at >= clock_timestamp()
+                       AND {OWNED_PARTITIONS}))) * 1000)::bigint) AS next_expiry_ms
 """
 
 

@@ -41,6 +41,7 @@ from .rows import (
 )
 
 INSERT_BATCH = 500
+SQLITE_MAX_PARAMS = 900  # ids in one IN (...): below SQLite's default limit of 999
 
 
 def _secs(seconds: float) -> dt.timedelta:
@@ -184,16 +185,29 @@ class SqliteJobStore(InsertsBySource):
     def expire_dead_workers(self, *, grace: float) -> list[str]:
         return []  # no session locks: a dead worker's jobs wait out their leases
 
-    def reap_expired(self, *, partitions: int, owned: Sequence[int], error: str) -> Reaped:
+    def reap_expired(
+        self,
+        *,
+        partitions: int,
+        owned: Sequence[int],
+        error: str,
+        waiting: Sequence[int] = (),
+        ttl: float = 0.0,
+    ) -> Reaped:
         scope = Job.objects.filter(_in_partitions(partitions, owned), state__in=LEASED_STATES)
         with transaction.atomic():
             now = timezone.now()
             expired = scope.filter(lease_expires_at__lt=now)
-            expired_ids = list(expired.values_list("id", flat=True))
             asked = expired.filter(state=JobState.CLAIMED, cancel_requested_at__isnull=False)
             count = asked.update(
                 state=JobState.CANCELLED, finished_at=now, claimed_by="", lease_expires_at=None
             )
+            # Claims whose messages may still wait in the broker keep their claim.
+            for chunk in _chunks(list(waiting), SQLITE_MAX_PARAMS):
+                expired.filter(id__in=chunk, state=JobState.CLAIMED).update(
+                    lease_expires_at=now + dt.timedelta(seconds=ttl)
+                )
+            expired_ids = list(expired.values_list("id", flat=True))
             count += expired.filter(state=JobState.CLAIMED).update(
                 state=JobState.SCHEDULED, claimed_by="", lease_expires_at=None
             )
@@ -448,3 +462,7 @@ def _member_job(template: JobTemplate, member_id: int, run_at: dt.datetime, key:
         priority=template.priority,
         concurrency_key=template.concurrency_key.replace("{member}", str(member_id)),
     )
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
