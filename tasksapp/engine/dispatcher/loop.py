@@ -92,8 +92,10 @@ class CeleryPublisher:
     """Sends claimed batches to the workers' queue and reports its backlog."""
 
     def __init__(self, *, queue: str, app=None) -> None:
-        if app is None:
-            from schedapp.celery import app
+        if app is None:  # the project's Celery app, or Tempo's own
+            from tasksapp.engine.worker.celery_app import tempo_app
+
+            app = tempo_app()
         self.app = app
         self.queue = queue
         # What "unreachable" looks like: kombu's own errors and its transport's connection
