@@ -33,6 +33,10 @@ ERR_PERIOD = "period must be a timedelta between 1 minute and 366 days."
 ERR_SLICES = "slices must be an integer between 1 and 10000."
 ERR_SLICE_LENGTH = "a slice must last at least 1 minute: {period} in {slices} slices is {length}."
 ERR_EPOCH = "epoch must be a timezone-aware datetime."
+ERR_EPOCH_RANGE = (
+    "epoch must lie between {earliest} and {latest} (from 1970 to at most {future_years}"
+    " years ahead)."
+)
 ERR_EPOCH_PLANNED = (
     "epoch cannot change once a slice is planned: every member's time would move, so some "
     "would run twice in a period and others not at all. Create a new task instead."
@@ -47,6 +51,12 @@ MIN_PERIOD = dt.timedelta(minutes=1)
 MAX_PERIOD = dt.timedelta(days=366)
 MIN_SLICE = dt.timedelta(minutes=1)
 MAX_SLICES = 10_000
+# Epochs are bounded as jobs' run times are (at most ten years ahead): every period
+# start and occurrence the planner and the pages compute stays far from the calendar's
+# ends (an epoch of 9999-12-31 overflowed the first slice's window).
+EPOCH_EARLIEST = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+EPOCH_FUTURE_YEARS = 10
+EPOCH_FUTURE = dt.timedelta(days=365 * EPOCH_FUTURE_YEARS + 3)
 
 
 class _Unchanged:
@@ -206,6 +216,15 @@ def _validated_grid(period: Any, slices: Any) -> tuple[dt.timedelta, int]:
 def _validated_epoch(epoch: Any) -> dt.datetime:
     if not isinstance(epoch, dt.datetime) or timezone.is_naive(epoch):
         raise PlanningInputError(ERR_EPOCH)
+    latest = timezone.now() + EPOCH_FUTURE
+    if not EPOCH_EARLIEST <= epoch <= latest:
+        raise PlanningInputError(
+            ERR_EPOCH_RANGE.format(
+                earliest=EPOCH_EARLIEST.isoformat(timespec="seconds"),
+                latest=latest.isoformat(timespec="seconds"),
+                future_years=EPOCH_FUTURE_YEARS,
+            )
+        )
     return epoch
 
 
