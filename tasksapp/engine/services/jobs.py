@@ -1,4 +1,4 @@
-"""Public API for jobs: schedule, cancel, retry. Bad input raises JobInputError and
+"""Jobs one by one: schedule, cancel, retry, run now. Bad input raises JobInputError and
 stores nothing."""
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ ERR_RUN_NOW_STATE = "job {job_id} is {state}: only scheduled or failed jobs can 
 RUN_AT_PAST = dt.timedelta(days=1)
 RUN_AT_FUTURE_YEARS = 10
 RUN_AT_FUTURE = dt.timedelta(days=365 * RUN_AT_FUTURE_YEARS + 3)
+# What a retry takes back to `scheduled` (job_retry, and the bulk retry by filter).
+RETRYABLE_STATES = (JobState.DEAD, JobState.LOST, JobState.CANCELLED, JobState.FAILED)
 # What makes two jobs the same job, when one key names both (run_at excepted: callers
 # compute it from the clock, so a repeated request carries a slightly different one).
 IDENTITY_FIELDS = (
@@ -146,6 +148,40 @@ def job_schedule_or_get(
     """job_schedule, telling whether this call stored the job (True) or found it stored
     under its key (False). Of callers racing with one key exactly one gets True: the
     insert decides, not a look beforehand."""
+    job = _new_job(
+        handler=handler,
+        run_at=run_at,
+        payload=payload,
+        idempotency_key=idempotency_key,
+        max_attempts=max_attempts,
+        retry_policy=retry_policy,
+        delivery=delivery,
+        time_limit=time_limit,
+        queue=queue,
+        priority=priority,
+        concurrency_key=concurrency_key,
+    )
+    inserted = job_store().insert_jobs([job])
+    if not inserted:  # the key was scheduled before: that job, unchanged
+        return _same_job(job, Job.objects.get(idempotency_key=job.idempotency_key)), False
+    return _stored(job, inserted[0]), True
+
+
+def _new_job(
+    *,
+    handler: str,
+    run_at: dt.datetime,
+    payload: Any = None,
+    idempotency_key: str | None = None,
+    max_attempts: int = 5,
+    retry_policy: dict | None = None,
+    delivery: str = Delivery.TRANSACTIONAL,
+    time_limit: float | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int | str = DEFAULT_PRIORITY,
+    concurrency_key: str = "",
+) -> NewJob:
+    """A job to insert, every argument checked; JobInputError says what is wrong."""
     try:
         validated_handler(handler)
         options = JobOptions.validated(
@@ -162,17 +198,13 @@ def job_schedule_or_get(
         validated_idempotency_key(idempotency_key)
     except JobOptionsError as exc:
         raise JobInputError(str(exc)) from exc
-    job = NewJob(
+    return NewJob(
         handler=handler,
         run_at=run_at,
         payload=payload,
         **options.as_fields(),
         idempotency_key=new_idempotency_key() if idempotency_key is None else idempotency_key,
     )
-    inserted = job_store().insert_jobs([job])
-    if not inserted:  # the key was scheduled before: that job, unchanged
-        return _same_job(job, Job.objects.get(idempotency_key=job.idempotency_key)), False
-    return _stored(job, inserted[0]), True
 
 
 def _same_job(wanted: NewJob, stored: Job) -> Job:
@@ -244,8 +276,9 @@ def job_retry(*, job_id: int, run_at: dt.datetime | None = None) -> Job:
     attempt allowed than it has used."""
     when = _validated_run_at(run_at) if run_at is not None else timezone.now()
     job = _get(job_id)
-    retryable = [JobState.DEAD, JobState.LOST, JobState.CANCELLED, JobState.FAILED]
-    moved = Job.objects.filter(id=job_id, state__in=retryable, state__exact=job.state).update(
+    moved = Job.objects.filter(
+        id=job_id, state__in=RETRYABLE_STATES, state__exact=job.state
+    ).update(
         state=JobState.SCHEDULED,
         run_at=when,
         finished_at=None,

@@ -1,0 +1,61 @@
+"""Public API for jobs: schedule one (`jobs`) or a batch (`batch`); cancel, retry or run
+now one job (`jobs`) or every job a filter matches (`bulk`). Bad input raises
+JobInputError and stores nothing."""
+
+from .batch import MAX_BATCH_JOBS, BatchJobError, job_schedule_many
+from .bulk import BULK_ACTIONS, BulkResult, JobSelection, job_bulk_action, job_selection
+from .jobs import (
+    ERR_CANCEL_STATE,
+    ERR_KEY_CONFLICT,
+    ERR_NOT_FOUND,
+    ERR_RETRY_STATE,
+    ERR_RUN_AT_NAIVE,
+    ERR_RUN_AT_RANGE,
+    ERR_RUN_AT_TYPE,
+    ERR_RUN_NOW_STATE,
+    IDENTITY_FIELDS,
+    RETRYABLE_STATES,
+    RUN_AT_FUTURE,
+    RUN_AT_FUTURE_YEARS,
+    RUN_AT_PAST,
+    IdempotencyConflict,
+    JobInputError,
+    job_cancel,
+    job_cancel_waiting,
+    job_retry,
+    job_run_now,
+    job_schedule,
+    job_schedule_or_get,
+)
+
+__all__ = [
+    "BULK_ACTIONS",
+    "ERR_CANCEL_STATE",
+    "ERR_KEY_CONFLICT",
+    "ERR_NOT_FOUND",
+    "ERR_RETRY_STATE",
+    "ERR_RUN_AT_NAIVE",
+    "ERR_RUN_AT_RANGE",
+    "ERR_RUN_AT_TYPE",
+    "ERR_RUN_NOW_STATE",
+    "IDENTITY_FIELDS",
+    "MAX_BATCH_JOBS",
+    "RETRYABLE_STATES",
+    "RUN_AT_FUTURE",
+    "RUN_AT_FUTURE_YEARS",
+    "RUN_AT_PAST",
+    "BatchJobError",
+    "BulkResult",
+    "IdempotencyConflict",
+    "JobInputError",
+    "JobSelection",
+    "job_bulk_action",
+    "job_cancel",
+    "job_cancel_waiting",
+    "job_retry",
+    "job_run_now",
+    "job_schedule",
+    "job_schedule_many",
+    "job_schedule_or_get",
+    "job_selection",
+]
