@@ -100,6 +100,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django_tasks",
     "django_celery_beat",
     "rest_framework",
     "drf_spectacular",
@@ -110,15 +111,16 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before whitenoise, which answers static files itself: they get these headers too.
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "tasksapp.web.middleware.RefuseNulInAdminQuery",
+    "tasksapp.web.middleware.RefuseNul",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "csp.middleware.CSPMiddleware",
     # Last: answers a locked-out login with the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -127,15 +129,14 @@ ROOT_URLCONF = "schedapp.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
-        "APP_DIRS": True,
+        "DIRS": [],
+        "APP_DIRS": True,  # Tempo's templates come with the tasksapp package
         "OPTIONS": {
             "context_processors": [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
-            "libraries": {"tempo": "tasksapp.web.templatetags.tempo"},
         },
     },
 ]
@@ -213,7 +214,6 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "staticfiles"
 LOGIN_URL = "/login/"
 
@@ -415,7 +415,6 @@ TEMPO = {
     "DEGRADED_BACKLOG": env.int("TEMPO_DEGRADED_BACKLOG", default=0),
     "DEGRADED_AFTER_SECONDS": env.float("TEMPO_DEGRADED_AFTER_SECONDS", default=30.0),
 }
-TEMPO["INDEX_PREFIX"] = TEMPO["INDEX_PREFIX"] or f"{TEMPO['QUEUE']}:"
 
 # Web processes keep their connection between requests for this long; dispatchers and
 # workers keep theirs for their lifetime (tasksapp.engine.sessions.use_engine_sessions).
@@ -433,13 +432,17 @@ TEMPO_PLANNING = {
     "LATE_GRACE_SECONDS": env.float("TEMPO_PLANNING_LATE_GRACE_SECONDS", default=900.0),
 }
 
+# --- Django's Tasks API (tasksapp.backends) -----------------------------------------
+# `@task` functions (django_tasks) run as Tempo jobs. Their modules: each installed app's
+# `tasks` module and these.
+TASKS = {"default": {"BACKEND": "tasksapp.backends.TempoBackend"}}
+TEMPO_TASK_MODULES = env.list("TEMPO_TASK_MODULES", default=[])
+
 # --- Job handlers (tasksapp.engine.handlers) -----------------------------------------
 # Modules that declare job handlers with @job_handler, imported at start-up by every
-# process, besides the `job_handlers` module of each installed app. Only registered
-# handlers can be scheduled or run.
-TEMPO_HANDLER_MODULES = env.list(
-    "TEMPO_HANDLER_MODULES", default=["tasksapp.demo.handlers", "tasksapp.recurring.handlers"]
-)
+# process, besides Tempo's own and the `job_handlers` module of each installed app. Only
+# registered handlers can be scheduled or run.
+TEMPO_HANDLER_MODULES = env.list("TEMPO_HANDLER_MODULES", default=["tasksapp.demo.handlers"])
 
 # --- Task graphs (tasksapp.graphs, docs/GRAPHS.md) -----------------------------------
 # Modules that register graph tasks, imported at start-up by every process, besides the

@@ -1,11 +1,9 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from tasksapp.web.api.metrics import metrics
-
+# Tempo mounted as any project mounts it (README, "Use Tempo in your Django project"), at
+# the root: the dashboard at /, the API at /api/, the metrics at /metrics.
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/", include("tasksapp.web.api.urls")),
-    path("metrics", metrics, name="metrics"),
-    path("", include("tasksapp.web.dashboard.urls")),
+    path("", include("tasksapp.urls")),
 ]

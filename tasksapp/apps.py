@@ -7,13 +7,19 @@ class TasksappConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Every process (web, dispatcher, worker, commands) knows the same handlers and
-        # graph tasks, so what is accepted when a job is scheduled runs where it runs.
+        # Every process (web, dispatcher, worker, commands) knows the same handlers, graph
+        # tasks and Tasks-API tasks, so what is accepted when a job is scheduled runs
+        # where it runs.
+        from tasksapp import backends
         from tasksapp.engine import checks  # noqa: F401  (registers the system checks)
         from tasksapp.engine.handlers import load_handler_modules
+        from tasksapp.engine.worker.celery_app import tempo_app
         from tasksapp.graphs import runner  # noqa: F401  (registers the graph jobs' handlers)
         from tasksapp.graphs.registry import autodiscover_graph_tasks
+        from tasksapp.schedules import handlers as _  # noqa: F401  (the overlap guard's handler)
         from tasksapp.web import admin  # noqa: F401  (registers the admin pages)
 
         load_handler_modules()
         autodiscover_graph_tasks()
+        backends.load_task_modules()
+        tempo_app()  # Tempo's tasks, routes and worker steps on the project's Celery app

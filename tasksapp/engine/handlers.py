@@ -5,9 +5,10 @@ Only declared handlers run. A job names its handler by the name it was registere
 up in the registry and never imported, so nothing a caller sends can make a process
 import a module or call an arbitrary function (``os.system``, ``sys.exit``).
 
-Every process registers the same handlers at start-up (``TasksappConfig.ready``): the
-graph runner's, the ``job_handlers`` module of each installed app, and the modules listed
-in the ``TEMPO_HANDLER_MODULES`` setting.
+Every process registers the same handlers at start-up (``TasksappConfig.ready``): Tempo's
+own (the graph runner's, the planner's), the ``job_handlers`` module of each installed
+app, and the modules listed in the ``TEMPO_HANDLER_MODULES`` setting, which adds to
+Tempo's own and never replaces them.
 """
 
 from __future__ import annotations
@@ -33,7 +34,15 @@ ERR_HANDLER_UNKNOWN = (
 ERR_HANDLER_CALLABLE = "@job_handler needs a callable, not {kind}."
 ERR_HANDLER_DUPLICATE = "handler name '{name}' is already registered for another function."
 
+ERR_HANDLER_MODULE = (
+    "{setting} lists '{module}', which cannot be imported: {reason}. List importable "
+    "modules (dotted paths) that declare handlers."
+)
+
 APP_HANDLER_MODULE = "job_handlers"
+# Tempo's own handlers, registered whatever a project lists (the graph runner registers
+# its handlers when it is imported, in TasksappConfig.ready).
+OWN_HANDLER_MODULES = ("tasksapp.recurring.handlers",)
 MAX_NAME_LENGTH = 200
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 LISTED_IN_ERROR = 20  # registered names quoted in an unknown-handler error
@@ -233,7 +242,8 @@ def handler_modules() -> list[str]:
     from django.conf import settings
     from django.utils.module_loading import module_has_submodule
 
-    modules = [
+    modules = list(OWN_HANDLER_MODULES)
+    modules += [
         f"{config.name}.{APP_HANDLER_MODULE}"
         for config in apps.get_app_configs()
         if module_has_submodule(config.module, APP_HANDLER_MODULE)
@@ -242,9 +252,25 @@ def handler_modules() -> list[str]:
     return list(dict.fromkeys(modules))
 
 
+def import_listed_modules(modules: list[str], *, setting: str) -> None:
+    """Import modules a setting lists; one that is missing is a configuration error
+    naming it (an import error inside a module that exists is raised as it is)."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    for module in modules:
+        try:
+            import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not (module + ".").startswith(exc.name + "."):
+                raise
+            reason = f"no module named '{exc.name}'"
+            raise ImproperlyConfigured(
+                ERR_HANDLER_MODULE.format(setting=setting, module=module, reason=reason)
+            ) from exc
+
+
 def load_handler_modules() -> list[str]:
     """Import every handler module (at start-up, from configuration, never from input)."""
     modules = handler_modules()
-    for module in modules:
-        import_module(module)
+    import_listed_modules(modules, setting="TEMPO_HANDLER_MODULES")
     return modules

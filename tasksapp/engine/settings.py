@@ -2,8 +2,10 @@
 
 Engine process objects read them once, when they are built: the dispatcher loop takes a
 `TempoSettings` at construction, the worker's per-process objects take `tempo_settings()`
-(read on first use, read again when a test overrides `settings.TEMPO`). What each
-setting means is said where it is defined (schedapp/settings.py).
+(read on first use, read again when a test overrides `settings.TEMPO`). Every key has a
+default (`DEFAULTS`): a project sets only the keys it changes. What each setting means is
+said in the README ("Settings") and where the standalone deployment reads it from its
+environment (schedapp/settings.py).
 """
 
 from __future__ import annotations
@@ -12,14 +14,113 @@ import functools
 from dataclasses import dataclass, fields
 
 from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
 from tasksapp.engine import sql
 
 DISPATCH_MODES = ("database", "redis")
 DB_POOLERS = ("", "transaction")
+REDIS_SCHEMES = ("redis://", "rediss://")
 DEFAULT_QUEUE = "default"  # the queue of a job that names none (tasksapp.engine.options)
 _TYPES = {"bool": bool, "float": float, "int": int, "str": str}
+ERR_UNKNOWN_KEYS = "{setting} has unknown keys: {unknown}. Known keys: {known}."
+ERR_NOT_A_DICT = "{setting} must be a dict of keys to values, not {kind}."
+
+# Every key of `settings.TEMPO` and its value when a project leaves it out. Three are
+# derived when empty (see TempoSettings.load): INDEX_REDIS_URL (the Redis broker's URL),
+# INDEX_PREFIX ("<QUEUE>:") and PREPARED_STATEMENTS (on unless DB_POOLER is set).
+DEFAULTS: dict[str, object] = {
+    "LOOKAHEAD_SECONDS": 300.0,
+    "POLL_INTERVAL_SECONDS": 240.0,
+    "FALLBACK_POLL_SECONDS": 0.5,
+    "DISPATCH_NOTIFY": True,
+    "NOTIFY_OFF_POLL_SECONDS": 5.0,
+    "POLL_LIMIT": 50_000,
+    "PARTITIONS": 16,
+    "COORDINATION_SECONDS": 2.0,
+    "DISPATCH_LEAD_MS": 40,
+    "CRITICAL_LEAD_MS": 100,
+    "DISPATCH_LEAD_ROUND_TRIPS": 12.0,
+    "CLAIM_TTL_SECONDS": 10.0,
+    "RUN_LEASE_SECONDS": 6.0,
+    "DEFERRED_START_SECONDS": 1.0,
+    "WORKER_CHECK_SECONDS": 0.25,
+    "WORKER_WATCH": True,
+    "DEFAULT_TIME_LIMIT_SECONDS": 300.0,
+    "MAX_BATCH": 250,
+    "FANOUT": 32,
+    "BATCH_PARALLELISM": 1,
+    "TRANSACTION_GROUP_JOBS": 50,
+    "TRANSACTION_GROUP_MS": 50.0,
+    "MAX_QUEUED_MESSAGES": 64,
+    "QUEUE": "tempo",
+    "ASYNC_COMMIT": True,
+    "PREPARED_STATEMENTS": None,
+    "DB_POOLER": "",
+    "SESSION_DATABASE_URL": "",
+    "DISPATCH_MODE": "database",
+    "INDEX_REDIS_URL": "",
+    "INDEX_PREFIX": "",
+    "INDEX_SYNC_SECONDS": 300.0,
+    "INDEX_CHECK_SECONDS": 1.0,
+    "INDEX_LEASE_SECONDS": 5.0,
+    "INDEX_RETURN_SECONDS": 2.0,
+    "MAX_PAYLOAD_BYTES": 1_048_576,
+    "MAX_RESULT_BYTES": 1_048_576,
+    "MAX_JSON_DEPTH": 32,
+    "PRIORITY_AGING_SECONDS": 60.0,
+    "DEGRADED_BACKLOG": 0,
+    "DEGRADED_AFTER_SECONDS": 30.0,
+}
+# The planner's (tasksapp.recurring) and retention's (tasksapp.retention) settings.
+PLANNING_DEFAULTS: dict[str, object] = {
+    "PHASE_STRATEGY": "golden",
+    "HORIZON_SECONDS": 26 * 3600.0,
+    "LATE_GRACE_SECONDS": 900.0,
+}
+RETENTION_DEFAULTS: dict[str, object] = {
+    "SUCCEEDED_DAYS": 7.0,
+    "CANCELLED_DAYS": 30.0,
+    "DEAD_DAYS": 30.0,
+    "LOST_DAYS": 30.0,
+    "HANDLER_DAYS": {},
+    "SLICE_PLAN_DAYS": 30.0,
+    "GRAPH_RUN_DAYS": 30.0,
+    "AUDIT_DAYS": 365.0,
+    "HEARTBEAT_DAYS": 7.0,
+    "COUNTER_DAYS": 14.0,
+    "MINUTE_ROLLUP_DAYS": 14.0,
+    "HOUR_ROLLUP_DAYS": 400.0,
+    "ROLLUP_DELAY_SECONDS": 300.0,
+    "BATCH_SIZE": 1000,
+    "BATCH_PAUSE_SECONDS": 0.05,
+    "REINDEX_BLOAT": 1.5,
+    "REINDEX_MIN_MB": 32.0,
+}
+SETTING_DEFAULTS = {
+    "TEMPO": DEFAULTS,
+    "TEMPO_PLANNING": PLANNING_DEFAULTS,
+    "TEMPO_RETENTION": RETENTION_DEFAULTS,
+}
+
+
+def configured(setting: str) -> dict[str, object]:
+    """`settings.<setting>` (TEMPO, TEMPO_PLANNING or TEMPO_RETENTION) over its defaults:
+    the keys a project sets, the defaults for the others. An unknown key (a typo) is an
+    error, not a setting silently ignored."""
+    defaults = SETTING_DEFAULTS[setting]
+    given = getattr(django_settings, setting, None) or {}
+    if not isinstance(given, dict):
+        raise ImproperlyConfigured(ERR_NOT_A_DICT.format(setting=setting, kind=type(given)))
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise ImproperlyConfigured(
+            ERR_UNKNOWN_KEYS.format(
+                setting=setting, unknown=", ".join(unknown), known=", ".join(defaults)
+            )
+        )
+    return {**defaults, **given}
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +214,15 @@ class TempoSettings:
 
     @classmethod
     def load(cls) -> TempoSettings:
-        """Read `settings.TEMPO` now, each value converted to its field's type."""
-        raw = django_settings.TEMPO
+        """Read `settings.TEMPO` now, over the defaults, each value converted to its
+        field's type."""
+        raw = configured("TEMPO")
+        if raw["PREPARED_STATEMENTS"] is None:
+            raw["PREPARED_STATEMENTS"] = not raw["DB_POOLER"]
+        if not raw["INDEX_REDIS_URL"]:
+            broker = str(getattr(django_settings, "CELERY_BROKER_URL", "") or "")
+            raw["INDEX_REDIS_URL"] = broker if broker.startswith(REDIS_SCHEMES) else ""
+        raw["INDEX_PREFIX"] = raw["INDEX_PREFIX"] or f"{raw['QUEUE']}:"
         return cls(**{f.name: _TYPES[f.type](raw[f.name.upper()]) for f in fields(cls)})
 
     def check_dispatch(self, *, listen_notify: bool, postgres: bool = True) -> None:
@@ -138,6 +246,11 @@ class TempoSettings:
             raise ValueError(
                 "TEMPO_DB_POOLER=transaction: a dispatcher needs TEMPO_SESSION_DATABASE_URL, "
                 "a direct connection to PostgreSQL for its advisory locks and LISTEN"
+            )
+        if self.dispatch_mode == "redis" and not self.index_redis_url:
+            raise ValueError(
+                "TEMPO_DISPATCH_MODE=redis needs TEMPO_INDEX_REDIS_URL (or a Redis "
+                "CELERY_BROKER_URL, its default)"
             )
         if not listen_notify and self.dispatch_mode == "redis":
             raise ValueError(

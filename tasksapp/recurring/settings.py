@@ -7,10 +7,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
+from tasksapp.engine.settings import configured
 from tasksapp.recurring import phases
 
 ERR_STRATEGY = "TEMPO_PHASE_STRATEGY must be one of: {choices} (got {value!r})."
@@ -31,7 +31,7 @@ class PlanningSettings:
 
     @classmethod
     def load(cls) -> PlanningSettings:
-        raw = django_settings.TEMPO_PLANNING
+        raw = configured("TEMPO_PLANNING")  # over its defaults
         return cls(
             phase_strategy=raw["PHASE_STRATEGY"],
             horizon_seconds=float(raw["HORIZON_SECONDS"]),

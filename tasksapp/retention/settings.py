@@ -7,11 +7,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
 from tasksapp.engine.models import FINAL_STATES
+from tasksapp.engine.settings import configured
 
 ERR_DAYS = "TEMPO_RETENTION: {name} must be a number of days > 0 (got {value!r})."
 ERR_HANDLER = (
@@ -67,7 +67,7 @@ class RetentionSettings:
 
     @classmethod
     def load(cls) -> RetentionSettings:
-        raw = django_settings.TEMPO_RETENTION
+        raw = configured("TEMPO_RETENTION")  # over its defaults
         return cls(
             job_days={state: float(raw[f"{state.upper()}_DAYS"]) for state in FINAL_STATES},
             handler_days=dict(raw["HANDLER_DAYS"]),

@@ -104,5 +104,5 @@ def session_connection_params() -> dict[str, Any]:
             host=direct["HOST"],
             port=direct["PORT"] or 5432,
         )
-        params["options"] = django_settings.TEMPO_DB_SERVER_OPTIONS
+        params["options"] = getattr(django_settings, "TEMPO_DB_SERVER_OPTIONS", "")
     return {key: value for key, value in params.items() if value not in (None, "")}
