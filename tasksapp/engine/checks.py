@@ -49,3 +49,78 @@ def check_stored_handlers(app_configs=None, databases=None, **kwargs) -> list[Wa
             )
         )
     return warnings
+
+
+# --- Tempo inside a project: what it needs, and what it leaves to the project ---------
+W_NO_LOCKOUT = (
+    "The dashboard's login has no lockout against password guessing: django-axes is not "
+    "in INSTALLED_APPS."
+)
+H_NO_LOCKOUT = (
+    "Add 'axes' to INSTALLED_APPS, 'axes.middleware.AxesMiddleware' to MIDDLEWARE and "
+    "'axes.backends.AxesStandaloneBackend' first in AUTHENTICATION_BACKENDS (as "
+    "schedapp/settings.py does), or protect the login another way."
+)
+W_LOGIN_URL = "LOGIN_URL ({url}) answers no URL: the dashboard sends anonymous users there."
+H_LOGIN_URL = "Set LOGIN_URL = 'dashboard:login' (Tempo's login page) or mount a login view."
+W_NO_BROKER = "No message broker is set: Tempo's dispatchers and workers cannot start."
+H_NO_BROKER = "Set CELERY_BROKER_URL, for example redis://localhost:6379/0."
+E_SETTINGS = "Tempo's settings are invalid: {error}"
+E_TASKS_BACKEND = "TASKS['{alias}'] names a backend that cannot be imported: {path} ({error})."
+
+
+@register(Tags.security)
+def check_login_lockout(app_configs=None, **kwargs) -> list[Warning]:
+    from django.conf import settings
+
+    if "axes" in settings.INSTALLED_APPS or "axes.apps.AppConfig" in settings.INSTALLED_APPS:
+        return []
+    return [Warning(W_NO_LOCKOUT, hint=H_NO_LOCKOUT, id="tempo.W010")]
+
+
+@register(Tags.urls)
+def check_login_url(app_configs=None, **kwargs) -> list[Warning]:
+    from django.conf import settings
+    from django.shortcuts import resolve_url
+    from django.urls import NoReverseMatch, Resolver404, resolve
+
+    url = settings.LOGIN_URL
+    try:
+        path = resolve_url(url)
+        if path.startswith("/"):
+            resolve(path.split("?", 1)[0])
+    except (NoReverseMatch, Resolver404):
+        return [Warning(W_LOGIN_URL.format(url=url), hint=H_LOGIN_URL, id="tempo.W011")]
+    return []
+
+
+@register()
+def check_configuration(app_configs=None, **kwargs) -> list:
+    """Settings a typo or an omission would break only once a process starts."""
+    from django.conf import settings
+    from django.core.checks import Error
+    from django.core.exceptions import ImproperlyConfigured
+    from django.utils.module_loading import import_string
+
+    from tasksapp.engine.settings import TempoSettings, configured
+    from tasksapp.engine.worker.celery_app import broker_url, tempo_app
+
+    found: list = []
+    try:
+        TempoSettings.load()
+        configured("TEMPO_PLANNING")
+        configured("TEMPO_RETENTION")
+    except (ImproperlyConfigured, ValueError, TypeError) as exc:
+        found.append(Error(E_SETTINGS.format(error=exc), id="tempo.E010"))
+    for alias, params in (getattr(settings, "TASKS", None) or {}).items():
+        path = params.get("BACKEND", "")
+        try:
+            import_string(path)
+        except ImportError as exc:
+            message = E_TASKS_BACKEND.format(alias=alias, path=path, error=exc)
+            found.append(Error(message, id="tempo.E011"))
+    try:
+        broker_url(tempo_app())
+    except ImproperlyConfigured:
+        found.append(Warning(W_NO_BROKER, hint=H_NO_BROKER, id="tempo.W012"))
+    return found
