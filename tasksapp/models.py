@@ -12,6 +12,7 @@ from tasksapp.engine.models import (
 from tasksapp.graphs.models import GraphRun, GraphState, Strategy, TaskRun, TaskState
 from tasksapp.recurring.models import FreeOrdinal, Member, RecurringTask, SlicePlan
 from tasksapp.retention.models import JobRollup, RollupMark
+from tasksapp.schedules.models import Schedule, ScheduleRun
 from tasksapp.web.models import ApiToken, OperatorAction
 
 __all__ = [
@@ -29,6 +30,8 @@ __all__ = [
     "OperatorAction",
     "RecurringTask",
     "RollupMark",
+    "Schedule",
+    "ScheduleRun",
     "SlicePlan",
     "Strategy",
     "TaskRun",

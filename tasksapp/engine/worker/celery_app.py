@@ -23,11 +23,13 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-# Tempo's Celery tasks: the workers' batches, the daily planner, the retention run.
+# Tempo's Celery tasks: the workers' batches, the daily planner, the retention run, the
+# schedule planner.
 TASK_MODULES = (
     "tasksapp.engine.worker.tasks",
     "tasksapp.recurring.tasks",
     "tasksapp.retention.tasks",
+    "tasksapp.schedules.tasks",
 )
 OWN_APP_NAME = "tempo"
 ERR_APP_SETTING = "TEMPO_CELERY_APP must name a Celery app ('proj.celery.app'): {reason}."

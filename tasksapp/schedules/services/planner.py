@@ -1,0 +1,251 @@
+"""The planner: turns each active schedule's fire times up to now + the horizon into
+jobs, ahead of time, exactly once per fire time.
+
+Each pass locks a batch of due schedules (FOR UPDATE SKIP LOCKED: planners running at
+once share the work), decides their fire times after `planned_until`, inserts the jobs
+in one statement and records one ScheduleRun per fire time. Even two planners deciding
+the same fire time create one job: its key `schedule:<id>:<fire>` is unique in the jobs
+table, and (schedule, fire_at) in the runs table.
+
+Fire times found already past (`late_grace_seconds` and more) were missed — the planner
+did not run — and the schedule's catch-up policy decides: `skip` runs none, `one` runs
+the latest within `catchup_window` now, `all` runs each within the window now. Fire
+times older than the window are skipped, recorded as one row at the first of them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from tasksapp.engine.models import Job
+from tasksapp.engine.store import job_store
+from tasksapp.engine.store.rows import NewJob
+from tasksapp.schedules.fire_times import FireRule, fire_key, fires_between, jitter_offset
+from tasksapp.schedules.models import (
+    GUARD_HANDLER,
+    KEY_PREFIX,
+    Catchup,
+    Overlap,
+    RunOutcome,
+    Schedule,
+    ScheduleRun,
+)
+from tasksapp.schedules.selectors import schedule_rule
+from tasksapp.schedules.settings import schedule_settings
+
+
+@dataclass(frozen=True)
+class FireDecision:
+    fire: dt.datetime
+    outcome: str
+    run_at: dt.datetime | None  # None: no job
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FirePlan:
+    decisions: list[FireDecision]
+    planned_until: dt.datetime
+
+
+def fires_decided(
+    *,
+    rule: FireRule,
+    schedule_id: int,
+    catchup: str,
+    window: dt.timedelta,
+    jitter: dt.timedelta,
+    planned_until: dt.datetime,
+    now: dt.datetime,
+    until: dt.datetime,
+    grace: dt.timedelta,
+    limit: int,
+) -> FirePlan:
+    """What becomes of each fire time in (planned_until, until] (pure)."""
+    decisions: list[FireDecision] = []
+    after = planned_until
+    window_start = now - window
+    if after < window_start:
+        old = fires_between(rule, after=after, until=window_start, limit=1)
+        if old and old[0] < now - grace:
+            details = {"outside_window": True, "skipped_through": window_start.isoformat()}
+            decisions.append(FireDecision(old[0], RunOutcome.SKIPPED_MISSED, None, details))
+        after = window_start
+    fires = fires_between(rule, after=after, until=until, limit=limit + 1)
+    truncated = len(fires) > limit
+    fires = fires[:limit]
+    late = now - grace
+    missed = [fire for fire in fires if fire < late]
+    upcoming = fires[len(missed) :]
+    decisions += _missed_decided(missed, catchup, now, more=truncated and not upcoming)
+    for fire in upcoming:
+        run_at = fire + jitter_offset(schedule_id=schedule_id, fire=fire, jitter=jitter)
+        decisions.append(FireDecision(fire, RunOutcome.PLANNED, run_at))
+    return FirePlan(decisions, fires[-1] if truncated else until)
+
+
+def _missed_decided(
+    missed: list[dt.datetime], catchup: str, now: dt.datetime, *, more: bool
+) -> list[FireDecision]:
+    """Missed fire times by the catch-up policy; `more`: later missed ones follow."""
+    if catchup == Catchup.ALL:
+        return [FireDecision(fire, RunOutcome.CAUGHT_UP, now) for fire in missed]
+    run_last = catchup == Catchup.ONE and not more and missed
+    skipped = missed[:-1] if run_last else missed
+    decisions = [FireDecision(fire, RunOutcome.SKIPPED_MISSED, None) for fire in skipped]
+    if run_last:
+        decisions.append(FireDecision(missed[-1], RunOutcome.CAUGHT_UP, now))
+    return decisions
+
+
+def fire_job_key(*, schedule_id: int, fire: dt.datetime) -> str:
+    return KEY_PREFIX.format(schedule_id=schedule_id) + fire_key(fire)
+
+
+def schedule_job(*, schedule: Schedule, fire: dt.datetime, run_at: dt.datetime, key: str) -> NewJob:
+    """The job of one fire time: the schedule's handler, or the overlap guard around it."""
+    handler, payload = schedule.handler, schedule.payload
+    if schedule.overlap != Overlap.ALLOW:
+        handler = GUARD_HANDLER
+        payload = {
+            "schedule": schedule.id,
+            "fire_at": fire_key(fire),
+            "overlap": schedule.overlap,
+            "handler": schedule.handler,
+            "payload": schedule.payload,
+        }
+    return NewJob(
+        handler=handler,
+        run_at=run_at,
+        payload=payload,
+        max_attempts=schedule.max_attempts,
+        retry_policy=schedule.retry_policy,
+        delivery=schedule.delivery,
+        time_limit=schedule.time_limit,
+        idempotency_key=key,
+        queue=schedule.queue,
+        priority=schedule.priority,
+        concurrency_key=schedule.concurrency_key,
+    )
+
+
+@dataclass
+class PlanSummary:
+    schedules: int = 0
+    jobs: int = 0  # jobs this pass inserted
+    caught_up: int = 0
+    skipped: int = 0
+    duration_ms: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _plan_batch(batch: list[Schedule], *, now: dt.datetime, summary: PlanSummary) -> None:
+    """Decide, insert and record the fire times of locked schedules (in a transaction)."""
+    config = schedule_settings()
+    until = now + dt.timedelta(seconds=config.horizon_seconds)
+    grace = dt.timedelta(seconds=config.late_grace_seconds)
+    runs: list[ScheduleRun] = []
+    jobs: list[NewJob] = []
+    for schedule in batch:
+        plan = fires_decided(
+            rule=schedule_rule(schedule=schedule),
+            schedule_id=schedule.id,
+            catchup=schedule.catchup,
+            window=schedule.catchup_window,
+            jitter=schedule.jitter,
+            planned_until=schedule.planned_until,
+            now=now,
+            until=until,
+            grace=grace,
+            limit=config.fires_per_pass,
+        )
+        for decision in plan.decisions:
+            run = ScheduleRun(
+                schedule=schedule,
+                fire_at=decision.fire,
+                run_at=decision.run_at,
+                outcome=decision.outcome,
+                details=decision.details,
+            )
+            runs.append(run)
+            if decision.run_at is not None:
+                key = fire_job_key(schedule_id=schedule.id, fire=decision.fire)
+                jobs.append(
+                    schedule_job(
+                        schedule=schedule, fire=decision.fire, run_at=decision.run_at, key=key
+                    )
+                )
+                run.details = {**run.details, "key": key}
+            summary.caught_up += decision.outcome == RunOutcome.CAUGHT_UP
+            summary.skipped += decision.outcome == RunOutcome.SKIPPED_MISSED
+        schedule.planned_until = max(plan.planned_until, schedule.planned_until)
+    _insert(jobs, runs, summary)
+    Schedule.objects.bulk_update(batch, ["planned_until"])
+    summary.schedules += len(batch)
+
+
+def _insert(jobs: list[NewJob], runs: list[ScheduleRun], summary: PlanSummary) -> None:
+    ids: dict[str, int] = {}
+    if jobs:
+        inserted = job_store().insert_jobs(jobs)
+        summary.jobs += len(inserted)
+        ids = {row.idempotency_key: row.id for row in inserted}
+        taken = [job.idempotency_key for job in jobs if job.idempotency_key not in ids]
+        if taken:  # planned before (a racing planner): the job that holds the key
+            ids.update(
+                Job.objects.filter(idempotency_key__in=taken).values_list("idempotency_key", "id")
+            )
+    for run in runs:
+        key = run.details.pop("key", None)
+        run.job_id = ids.get(key) if key else None
+    ScheduleRun.objects.bulk_create(runs, ignore_conflicts=True)
+
+
+def _due(until: dt.datetime):
+    return (
+        Schedule.objects.filter(active=True, planned_until__lt=until)
+        .filter(Q(end_at__isnull=True) | Q(end_at__gt=F("planned_until")))
+        .order_by("planned_until")
+    )
+
+
+def schedules_plan_due(*, now: dt.datetime | None = None) -> PlanSummary:
+    """Plan every active schedule not yet planned up to now + the horizon (the beat runs
+    this every minute; running it more often, or on several processes, is harmless)."""
+    began = time.perf_counter()
+    now = now or timezone.now()
+    config = schedule_settings()
+    until = now + dt.timedelta(seconds=config.horizon_seconds)
+    summary = PlanSummary()
+    while True:
+        with transaction.atomic():
+            due = _due(until).select_for_update(skip_locked=True)
+            batch = list(due[: config.batch_size])
+            if not batch:
+                break
+            _plan_batch(batch, now=now, summary=summary)
+    summary.duration_ms = (time.perf_counter() - began) * 1000
+    return summary
+
+
+def schedule_plan(*, schedule_id: int, now: dt.datetime | None = None) -> PlanSummary:
+    """Plan one schedule now (after it is created, edited or resumed); waits for a
+    planner holding it."""
+    now = now or timezone.now()
+    until = now + dt.timedelta(seconds=schedule_settings().horizon_seconds)
+    summary = PlanSummary()
+    with transaction.atomic():
+        while True:
+            schedule = _due(until).select_for_update().filter(id=schedule_id).first()
+            if schedule is None:
+                return summary
+            _plan_batch([schedule], now=now, summary=summary)
