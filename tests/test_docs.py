@@ -190,7 +190,7 @@ def test_commands_are_found_after_manage_py() -> None:
 def test_a_missing_path_link_module_and_command_are_each_reported() -> None:
     doc = ROOT / "docs" / "EXAMPLE.md"
     text = (
-        "`tasksapp/engine/services.py` exists, `tasksapp/engine/nothing_here.py` does not;\n"
+        "`tests/test_docs.py` exists, `tasksapp/engine/nothing_here.py` does not;\n"
         "[ok](ARCHITECTURE.md) [gone](GONE.md)\n"
         "`python -m bench.burst` `python -m bench.no_such_bench`\n"
         "`manage.py retention_run` `manage.py no_such_command` `engine/nowhere.py`\n"
