@@ -9,10 +9,11 @@ skipped.
 """
 
 from tasksapp.engine.sql import JOB_TABLE
-from tasksapp.engine.store.postgres_sql import LEASED
+from tasksapp.engine.store.postgres_sql import CANCELLED, DUE, LEASED, SCHEDULED
 
 MEMBER_TABLE = "tasksapp_member"
 TASK_TABLE = "tasksapp_recurringtask"
+FREE_ORDINAL_TABLE = "tasksapp_freeordinal"
 
 # Serialises ordinal allocation (the lowest free ordinal first), per transaction.
 ORDINAL_LOCK_CLASS = 7_316_010
@@ -60,4 +61,83 @@ SELECT %(prefix)s::text || n, n,
            / 9007199254740992::float8,
        true
 FROM generate_series(%(start)s::bigint, %(stop)s::bigint - 1) AS n
+"""
+
+# --- members leaving and coming back, a batch per statement ------------------------------
+# The keys of the planned jobs of the members in `{members}` (a relation of id, phase):
+# one key per slice plan of `plans` whose phase range holds the member. A plan is found by
+# its grid (slices, slice_index) from the member's phase, its neighbours tried too and the
+# exact bounds of `slice_bounds` checked, so the cost follows the members, not the number
+# of slices planned.
+SLICE_PLAN_TABLE = "tasksapp_sliceplan"
+_MEMBER_JOB_KEYS = """
+    SELECT 'plan:' || p.task_id || ':' || p.period || ':' || m.id AS key
+    FROM {members} m
+    CROSS JOIN (SELECT DISTINCT slices FROM plans) g
+    CROSS JOIN LATERAL (VALUES (floor(m.phase * g.slices)::bigint - 1),
+                               (floor(m.phase * g.slices)::bigint),
+                               (floor(m.phase * g.slices)::bigint + 1)) AS near(slice_index)
+    JOIN plans p ON p.slices = g.slices AND p.slice_index = near.slice_index
+    WHERE m.phase >= p.slice_index::float8 / p.slices
+      AND m.phase < (p.slice_index + 1)::float8 / p.slices"""
+# Plans whose jobs may still wait or retry (selectors.slice_plans_with_pending_jobs).
+_PENDING_PLANS = f"""plans AS (
+    SELECT task_id, period, slice_index, slices FROM {SLICE_PLAN_TABLE}
+    WHERE ends_at + period_length > %(now)s)"""
+# Plans of active tasks whose window has not ended (selectors.slice_plans_open).
+_OPEN_PLANS = f"""plans AS (
+    SELECT p.task_id, p.period, p.slice_index, p.slices FROM {SLICE_PLAN_TABLE} p
+    JOIN {TASK_TABLE} t ON t.id = p.task_id AND t.active
+    WHERE p.ends_at > %(now)s)"""
+# The waiting jobs of `{members}` cancelled, as job_cancel_waiting cancels one: a job
+# claimed meanwhile is not interrupted, that occurrence runs.
+_CANCEL_WAITING = f"""cancelled AS (
+    UPDATE {JOB_TABLE} j SET state = {CANCELLED}, finished_at = %(now)s, lease_expires_at = NULL
+    FROM ({_MEMBER_JOB_KEYS}) k
+    WHERE j.idempotency_key = k.key AND j.state IN ({DUE})
+    RETURNING 1)"""
+_CANCEL_GONE = _CANCEL_WAITING.format(members="gone")
+_CANCEL_CHANGED = _CANCEL_WAITING.format(members="changed")
+_CHANGED_KEYS = _MEMBER_JOB_KEYS.format(members="changed")
+
+# Members deleted, their ordinals freed for the next members created, their waiting jobs
+# cancelled: (members deleted, jobs cancelled).
+DELETE_MEMBERS = f"""
+WITH {_PENDING_PLANS},
+gone AS (
+    DELETE FROM {MEMBER_TABLE} WHERE id = ANY(%(ids)s::bigint[]) RETURNING id, ordinal, phase),
+freed AS (
+    INSERT INTO {FREE_ORDINAL_TABLE} (ordinal) SELECT ordinal FROM gone
+    ON CONFLICT DO NOTHING),
+{_CANCEL_GONE}
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM cancelled)
+"""
+
+# Active members deactivated (phase kept), their waiting jobs cancelled:
+# (members deactivated, jobs cancelled).
+DEACTIVATE_MEMBERS = f"""
+WITH {_PENDING_PLANS},
+changed AS (
+    UPDATE {MEMBER_TABLE} SET active = false
+    WHERE id = ANY(%(ids)s::bigint[]) AND active RETURNING id, phase),
+{_CANCEL_CHANGED}
+SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM cancelled)
+"""
+
+# Inactive members activated, their cancelled jobs still ahead in the open slices
+# scheduled again as job_retry does (same run time, one more attempt allowed than used):
+# one row per member activated, (id, phase, jobs restored in the whole batch).
+ACTIVATE_MEMBERS = f"""
+WITH {_OPEN_PLANS},
+changed AS (
+    UPDATE {MEMBER_TABLE} SET active = true
+    WHERE id = ANY(%(ids)s::bigint[]) AND NOT active RETURNING id, phase),
+restored AS (
+    UPDATE {JOB_TABLE} j SET state = {SCHEDULED}, finished_at = NULL, claimed_by = '',
+        lease_expires_at = NULL, cancel_requested_at = NULL,
+        max_attempts = greatest(j.max_attempts, j.attempts + 1)
+    FROM ({_CHANGED_KEYS}) k
+    WHERE j.idempotency_key = k.key AND j.state = {CANCELLED} AND j.run_at >= %(now)s
+    RETURNING 1)
+SELECT id, phase, (SELECT count(*) FROM restored) FROM changed
 """

@@ -10,14 +10,18 @@ Jobs themselves are inserted through the engine's job store (`insert_jobs`).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator, Sequence
 from functools import cache
 from typing import Protocol
 
 from django.db import connection
+from django.db.models import DateTimeField, ExpressionWrapper, F
+from django.db.models.functions import Greatest
 
-from tasksapp.engine.models import Job
+from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.models.jobs import DUE_STATES
 from tasksapp.recurring import sql
-from tasksapp.recurring.models import Member
+from tasksapp.recurring.models import FreeOrdinal, Member, SlicePlan
 from tasksapp.recurring.schedule import slice_of
 
 
@@ -36,6 +40,21 @@ class RecurringStore(Protocol):
         self, *, handler: str, start: dt.datetime, width: dt.timedelta, buckets: int
     ) -> dict[int, int]:
         """Jobs of `handler` due in each of `buckets` parts of `width` from `start`."""
+
+    def members_delete(self, *, ids: Sequence[int], now: dt.datetime) -> tuple[int, int]:
+        """Delete members `ids`, free their ordinals and cancel their waiting jobs:
+        (members deleted, jobs cancelled)."""
+
+    def members_deactivate(self, *, ids: Sequence[int], now: dt.datetime) -> tuple[int, int]:
+        """Deactivate the active members of `ids` and cancel their waiting jobs:
+        (members deactivated, jobs cancelled)."""
+
+    def members_activate(
+        self, *, ids: Sequence[int], now: dt.datetime
+    ) -> tuple[list[tuple[int, float]], int]:
+        """Activate the inactive members of `ids` and schedule again their cancelled jobs
+        still ahead in the open slices: ((id, phase) of each member activated, jobs
+        restored)."""
 
 
 class PostgresRecurringStore:
@@ -59,6 +78,20 @@ class PostgresRecurringStore:
             "buckets": buckets,
         }
         return dict(_execute(sql.JOB_LOAD, params))
+
+    def members_delete(self, *, ids: Sequence[int], now: dt.datetime) -> tuple[int, int]:
+        [(members, jobs)] = _execute(sql.DELETE_MEMBERS, {"ids": list(ids), "now": now})
+        return members, jobs
+
+    def members_deactivate(self, *, ids: Sequence[int], now: dt.datetime) -> tuple[int, int]:
+        [(members, jobs)] = _execute(sql.DEACTIVATE_MEMBERS, {"ids": list(ids), "now": now})
+        return members, jobs
+
+    def members_activate(
+        self, *, ids: Sequence[int], now: dt.datetime
+    ) -> tuple[list[tuple[int, float]], int]:
+        rows = _execute(sql.ACTIVATE_MEMBERS, {"ids": list(ids), "now": now})
+        return [(member_id, phase) for member_id, phase, _ in rows], rows[0][2] if rows else 0
 
 
 class SqliteRecurringStore:
@@ -86,6 +119,75 @@ class SqliteRecurringStore:
             index = min(int((run_at - start) / width), buckets - 1)
             counts[index] = counts.get(index, 0) + 1
         return counts
+
+    def members_delete(self, *, ids: Sequence[int], now: dt.datetime) -> tuple[int, int]:
+        gone = list(Member.objects.filter(id__in=ids).values_list("id", "phase", "ordinal"))
+        jobs = _cancel_waiting([(m, phase) for m, phase, _ in gone], now)
+        Member.objects.filter(id__in=[m for m, _, _ in gone]).delete()
+        freed = [FreeOrdinal(ordinal=ordinal) for _, _, ordinal in gone]
+        FreeOrdinal.objects.bulk_create(freed, ignore_conflicts=True)
+        return len(gone), jobs
+
+    def members_deactivate(self, *, ids: Sequence[int], now: dt.datetime) -> tuple[int, int]:
+        changed = list(Member.objects.filter(id__in=ids, active=True).values_list("id", "phase"))
+        Member.objects.filter(id__in=[m for m, _ in changed]).update(active=False)
+        return len(changed), _cancel_waiting(changed, now)
+
+    def members_activate(
+        self, *, ids: Sequence[int], now: dt.datetime
+    ) -> tuple[list[tuple[int, float]], int]:
+        changed = list(Member.objects.filter(id__in=ids, active=False).values_list("id", "phase"))
+        Member.objects.filter(id__in=[m for m, _ in changed]).update(active=True)
+        open_plans = SlicePlan.objects.filter(task__active=True, ends_at__gt=now)
+        restored = 0
+        for keys in _chunks(_job_keys(changed, open_plans), SQLITE_KEYS):
+            restored += Job.objects.filter(
+                idempotency_key__in=keys, state=JobState.CANCELLED, run_at__gte=now
+            ).update(
+                state=JobState.SCHEDULED,
+                finished_at=None,
+                claimed_by="",
+                lease_expires_at=None,
+                cancel_requested_at=None,
+                max_attempts=Greatest("max_attempts", F("attempts") + 1),
+            )
+        return changed, restored
+
+
+SQLITE_KEYS = 500  # job keys per statement, well within SQLite's bound on parameters
+
+
+def _cancel_waiting(members: list[tuple[int, float]], now: dt.datetime) -> int:
+    """The SQLite form of sql.DELETE_MEMBERS' cancellation (job_cancel_waiting's, set-based)."""
+    until = ExpressionWrapper(F("ends_at") + F("period_length"), output_field=DateTimeField())
+    pending = SlicePlan.objects.alias(until=until).filter(until__gt=now)
+    cancelled = 0
+    for keys in _chunks(_job_keys(members, pending), SQLITE_KEYS):
+        cancelled += Job.objects.filter(idempotency_key__in=keys, state__in=DUE_STATES).update(
+            state=JobState.CANCELLED, finished_at=now, lease_expires_at=None
+        )
+    return cancelled
+
+
+def _job_keys(members: list[tuple[int, float]], plans) -> list[str]:
+    """The planned jobs' keys of `members` ((id, phase)) in `plans`, read once: each member
+    looked up by its slice in each grid, as sql._MEMBER_JOB_KEYS does."""
+    grids: dict[int, dict[int, list[str]]] = {}
+    for task_id, period, index, slices in plans.values_list(
+        "task_id", "period", "slice_index", "slices"
+    ):
+        grids.setdefault(slices, {}).setdefault(index, []).append(f"plan:{task_id}:{period}:")
+    return [
+        f"{prefix}{member_id}"
+        for member_id, phase in members
+        for slices, plans_at in grids.items()
+        for prefix in plans_at.get(slice_of(phase, slices), ())
+    ]
+
+
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def _execute(statement: str, params: dict) -> list[tuple]:

@@ -3,28 +3,32 @@ slices that are already planned."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from tasksapp.engine.models import Job, JobState
-from tasksapp.engine.models.jobs import DUE_STATES
-from tasksapp.engine.services import job_cancel_waiting, job_retry
 from tasksapp.recurring import phases
-from tasksapp.recurring.models import FreeOrdinal, Member, SlicePlan
-from tasksapp.recurring.selectors.schedules import slice_plans_open, slice_plans_with_pending_jobs
+from tasksapp.recurring.models import FreeOrdinal, Member
+from tasksapp.recurring.selectors.schedules import slice_plans_open
 from tasksapp.recurring.settings import planning_settings
 from tasksapp.recurring.store import recurring_store
 
 from .errors import PlanningInputError
-from .slices import job_key_prefix, lock_active_tasks_shared, plan_members
+from .slices import lock_active_tasks_shared, plan_members
 
 ERR_EXTERNAL_ID = "external_id must be a non-empty string of at most 200 characters."
 ERR_EXTERNAL_ID_TWICE = "external_ids lists {ids} more than once."
 ERR_MEMBER_EXISTS = "a member with external_id {ids} already exists."
+ERR_MEMBER_IDS = "member_ids must be a list of 1 to 100000 member ids (whole numbers from 1)."
+
+MAX_MEMBER_IDS = 100_000  # per call
+MEMBER_CHUNK = 5_000  # ids per statement
+MAX_ID = 2**63  # bigint
 
 
 def member_create(*, external_id: str) -> Member:
@@ -55,33 +59,83 @@ def member_create_many(*, external_ids: Sequence[str]) -> list[Member]:
 
 
 def member_activate(*, member: Member) -> Member:
-    """Plan the member again in the slices already planned, where its time is still
-    ahead: its cancelled jobs there are scheduled again, missing ones are created."""
-    with transaction.atomic():
-        if Member.objects.filter(pk=member.pk, active=False).update(active=True):
-            member.active = True
-            _plan_into_open_slices([member])
-            _restore_cancelled_jobs(member)
+    """Plan the member again; see member_activate_many."""
+    member_activate_many(member_ids=[member.pk])
+    member.active = True
     return member
 
 
 def member_deactivate(*, member: Member) -> Member:
-    """Stop planning the member and cancel its waiting jobs; its phase is kept."""
-    with transaction.atomic():
-        if Member.objects.filter(pk=member.pk, active=True).update(active=False):
-            member.active = False
-            _cancel_pending_jobs(member)
+    """Stop planning the member and cancel its waiting jobs; see member_deactivate_many."""
+    member_deactivate_many(member_ids=[member.pk])
+    member.active = False
     return member
 
 
 def member_delete(*, member: Member) -> int:
-    """Delete the member, cancel its waiting jobs and free its ordinal for the next
-    member created. Returns how many jobs were cancelled."""
-    with transaction.atomic():
-        cancelled = _cancel_pending_jobs(member)
-        if Member.objects.filter(pk=member.pk).delete()[0]:
-            FreeOrdinal.objects.get_or_create(ordinal=member.ordinal)
-    return cancelled
+    """Delete the member; see member_delete_many. Returns how many jobs were cancelled."""
+    return member_delete_many(member_ids=[member.pk]).jobs
+
+
+def member_delete_many(*, member_ids: Sequence[int]) -> MemberBatch:
+    """Delete the members, cancel their waiting jobs and free their ordinals for the next
+    members created. Ids not found are skipped. A job claimed meanwhile is not
+    interrupted: that occurrence runs."""
+    return _in_chunks(member_ids, recurring_store().members_delete)
+
+
+def member_deactivate_many(*, member_ids: Sequence[int]) -> MemberBatch:
+    """Stop planning the members and cancel their waiting jobs; their phases are kept.
+    Ids not found or inactive already are skipped."""
+    return _in_chunks(member_ids, recurring_store().members_deactivate)
+
+
+def member_activate_many(*, member_ids: Sequence[int]) -> MemberBatch:
+    """Plan the members again in the slices already planned, where their time is still
+    ahead: their cancelled jobs there are scheduled again, missing ones are created. Ids
+    not found or active already are skipped."""
+
+    def activate(*, ids: Sequence[int], now: dt.datetime) -> tuple[int, int]:
+        changed, restored = recurring_store().members_activate(ids=ids, now=now)
+        planned = _plan_phases_into_open_slices(changed, now=now)
+        return len(changed), restored + planned
+
+    return _in_chunks(member_ids, activate)
+
+
+@dataclass(frozen=True)
+class MemberBatch:
+    """What a batch call did: the members it deleted, deactivated or activated, and the
+    jobs it cancelled (activation: scheduled again or created)."""
+
+    members: int = 0
+    jobs: int = 0
+
+
+def _in_chunks(member_ids: Sequence[int], change: Callable[..., tuple[int, int]]) -> MemberBatch:
+    """`change` applied to every MEMBER_CHUNK ids in one statement (and its own
+    transaction, unless the caller holds one), after the active tasks are held (see
+    the package docstring)."""
+    ids = _validated_member_ids(member_ids)
+    members = jobs = 0
+    for start in range(0, len(ids), MEMBER_CHUNK):
+        with transaction.atomic():
+            lock_active_tasks_shared()
+            changed, moved = change(ids=ids[start : start + MEMBER_CHUNK], now=timezone.now())
+        members, jobs = members + changed, jobs + moved
+    return MemberBatch(members=members, jobs=jobs)
+
+
+def _validated_member_ids(member_ids: Sequence[int]) -> list[int]:
+    ids = list(member_ids) if isinstance(member_ids, list | tuple) else None
+    valid = (
+        ids is not None
+        and 0 < len(ids) <= MAX_MEMBER_IDS
+        and all(type(i) is int and 0 < i < MAX_ID for i in ids)
+    )
+    if not valid:
+        raise PlanningInputError(ERR_MEMBER_IDS)
+    return sorted(set(ids))  # one order for every batch: concurrent batches do not deadlock
 
 
 def _validated_external_ids(external_ids: Sequence[str]) -> list[str]:
@@ -110,38 +164,18 @@ def _take_ordinals(count: int) -> list[int]:
 
 
 def _plan_into_open_slices(members: Sequence[Member]) -> int:
+    return _plan_phases_into_open_slices([(m.id, m.phase) for m in members], now=timezone.now())
+
+
+def _plan_phases_into_open_slices(members: Sequence[tuple[int, float]], *, now: dt.datetime) -> int:
+    """Create the jobs of `members` ((id, phase)) in the open slices that hold them: one
+    insert per such slice (the planner's own), none where no member falls."""
+    if not members:
+        return 0
     lock_active_tasks_shared()
-    now = timezone.now()
     planned = 0
     for plan in slice_plans_open(now=now):
-        inside = [m.id for m in members if plan.contains(m.phase)]
+        inside = [member_id for member_id, phase in members if plan.contains(phase)]
         if inside:
             planned += plan_members(plan, not_before=now, member_ids=inside)[0]
     return planned
-
-
-def _job_keys(member: Member, plans: Sequence[SlicePlan]) -> list[str]:
-    return [f"{job_key_prefix(plan.task_id, plan.period)}{member.id}" for plan in plans]
-
-
-def _restore_cancelled_jobs(member: Member) -> int:
-    now = timezone.now()
-    keys = _job_keys(member, slice_plans_open(phase=member.phase, now=now))
-    cancelled = Job.objects.filter(idempotency_key__in=keys, state=JobState.CANCELLED)
-    restored = 0
-    for job_id, run_at in cancelled.filter(run_at__gte=now).values_list("id", "run_at"):
-        job_retry(job_id=job_id, run_at=run_at)
-        restored += 1
-    return restored
-
-
-def _cancel_pending_jobs(member: Member) -> int:
-    lock_active_tasks_shared()
-    plans = slice_plans_with_pending_jobs(phase=member.phase, now=timezone.now())
-    keys = _job_keys(member, plans)
-    cancelled = 0
-    waiting = Job.objects.filter(idempotency_key__in=keys, state__in=DUE_STATES)
-    for job_id in waiting.values_list("id", flat=True):
-        # One claimed in the meantime is not interrupted: that occurrence runs.
-        cancelled += job_cancel_waiting(job_id=job_id)
-    return cancelled
