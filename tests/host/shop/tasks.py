@@ -1,0 +1,29 @@
+from django_tasks import task
+from shop.models import Run
+
+
+class OutOfStock(Exception):
+    pass
+
+
+@task
+def add(a: int, b: int, label: str = "add") -> int:
+    Run.objects.create(name=label, value=str(a + b))
+    return a + b
+
+
+@task(takes_context=True)
+def report(context, name: str) -> dict:
+    Run.objects.create(name="report", value=name)
+    return {"name": name, "attempt": context.attempt}
+
+
+@task
+def reserve(sku: str) -> None:
+    raise OutOfStock(f"{sku} is out of stock")
+
+
+def not_a_task(a: int) -> int:
+    """A plain function: never run through the Tasks API."""
+    Run.objects.create(name="not_a_task")
+    return a

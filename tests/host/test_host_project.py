@@ -1,0 +1,260 @@
+"""Tempo inside a new Django project, as README's "Use Tempo in your Django project" says:
+the wheel built from this checkout installed (not editable) into a fresh virtualenv, a
+project made by `django-admin startproject` that adds only the documented settings and
+URL, its own app (tests/host/shop) with @task functions and a @job_handler, and the
+project's `manage.py tempo_dispatcher` and `manage.py tempo_worker` running against
+real PostgreSQL and Redis. The project's script (tests/host/drive.py) enqueues and reads
+the results back; this test checks what it saw.
+
+The virtualenv installs nothing from the network: it sees the test virtualenv's packages
+(Django, Celery, django-tasks, ...) through a path file, and its own copy of Tempo, the
+wheel, before them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import site
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import environ
+import psycopg
+import pytest
+
+pytestmark = pytest.mark.processes
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+SOURCES = ("pyproject.toml", "README.md", "tasksapp", "schedapp", "templates", "static")
+READY_SECONDS = 90
+DRIVE_SECONDS = 240
+
+SETTINGS = """
+# --- Tempo (README, "Use Tempo in your Django project") ---
+INSTALLED_APPS += ["django_tasks", "django_celery_beat", "rest_framework", "tasksapp", "shop"]
+TASKS = {{"default": {{"BACKEND": "tasksapp.backends.TempoBackend"}}}}
+CELERY_BROKER_URL = {broker!r}
+DATABASES = {{"default": {database!r}}}
+"""
+URLS = """
+from django.urls import include  # noqa: E402
+
+urlpatterns += [path("tempo/", include("tasksapp.urls"))]
+"""
+
+
+def run(
+    command: list[str], *, cwd: Path, env: dict, timeout: float = 240, stderr: bool = False
+) -> str:
+    done = subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, f"{command} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout + (done.stderr if stderr else "")
+
+
+def host_env() -> dict[str, str]:
+    """The environment of a machine that never heard of Tempo's settings: none of the
+    TEMPO_*/DJANGO_* variables the test run sets, and nothing of this checkout on the path."""
+    drop = ("TEMPO_", "DJANGO_", "DATABASE_URL", "CELERY_", "PYTHONPATH", "VIRTUAL_ENV")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    return {**env, "PYTHONUNBUFFERED": "1"}
+
+
+def build_wheel(tmp_path: Path) -> Path:
+    source = tmp_path / "source"
+    source.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in SOURCES:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, source / name, symlinks=True, ignore=ignore)
+        else:
+            shutil.copy2(path, source / name)
+    wheels = tmp_path / "wheels"
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(source), "-w", str(wheels)],
+        cwd=tmp_path,
+        env=host_env(),
+    )
+    (wheel,) = wheels.glob("tempo_scheduler-*.whl")
+    return wheel
+
+
+def make_venv(tmp_path: Path, wheel: Path) -> Path:
+    venv = tmp_path / "venv"
+    run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path, env={})
+    python = venv / "bin" / "python"
+    purelib = run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        cwd=tmp_path,
+        env=host_env(),
+    ).strip()
+    # The test virtualenv's packages, after the venv's own (a path file adds them last).
+    Path(purelib, "shared_packages.pth").write_text(site.getsitepackages()[0] + "\n")
+    run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q"]
+        + ["--no-index", str(wheel)],
+        cwd=tmp_path,
+        env=host_env(),
+    )
+    return python
+
+
+def database() -> dict:
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgres"):
+        pytest.skip("needs PostgreSQL (DATABASE_URL)")
+    config = environ.Env.db_url_config(url)
+    name = f"{config['NAME']}_host"
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": name,
+        "USER": config["USER"],
+        "PASSWORD": config["PASSWORD"],
+        "HOST": config["HOST"],
+        "PORT": str(config["PORT"] or 5432),
+    }
+
+
+def server(db: dict):
+    return psycopg.connect(
+        dbname="postgres",
+        user=db["USER"],
+        password=db["PASSWORD"] or None,
+        host=db["HOST"],
+        port=db["PORT"],
+        autocommit=True,
+    )
+
+
+def make_project(tmp_path: Path, python: Path, db: dict, broker: str) -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    run(
+        [str(python), "-m", "django", "startproject", "hostproj", str(project)],
+        cwd=tmp_path,
+        env=host_env(),
+    )
+    shutil.copytree(HERE / "shop", project / "shop", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(HERE / "drive.py", project / "drive.py")
+    with open(project / "hostproj" / "settings.py", "a") as settings:
+        settings.write(SETTINGS.format(broker=broker, database=db))
+    with open(project / "hostproj" / "urls.py", "a") as urls:
+        urls.write(URLS)
+    return project
+
+
+def start(python: Path, project: Path, command: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(python), "manage.py", *command],
+        cwd=project,
+        env=host_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        process_group=0,
+    )
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def wait_for_line(log: Path, text: str, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + READY_SECONDS
+    while time.monotonic() < deadline:
+        if text in log.read_text():
+            return
+        assert process.poll() is None, f"exited early:\n{log.read_text()}"
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} not logged within {READY_SECONDS} s:\n{log.read_text()}")
+
+
+@pytest.fixture
+def host(tmp_path):
+    broker = os.environ.get("CELERY_BROKER_URL", "")
+    if not broker.startswith("redis://"):
+        pytest.skip("needs Redis (CELERY_BROKER_URL)")
+    db = database()
+    with server(db) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{db["NAME"]}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{db["NAME"]}"')
+    python = make_venv(tmp_path, build_wheel(tmp_path))
+    project = make_project(tmp_path, python, db, broker)
+    try:
+        yield python, project
+    finally:
+        with server(db) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{db["NAME"]}" WITH (FORCE)')
+
+
+def test_a_new_project_runs_tasks_and_handlers_on_tempo_from_the_wheel(host, tmp_path):
+    python, project = host
+    run([str(python), "manage.py", "migrate", "-v0"], cwd=project, env=host_env())
+    checks = run([str(python), "manage.py", "check"], cwd=project, env=host_env(), stderr=True)
+    worker_log, dispatcher_log = tmp_path / "worker.log", tmp_path / "dispatcher.log"
+    worker = start(python, project, ["tempo_worker", "--queues", "default,reports"], worker_log)
+    dispatcher = start(python, project, ["tempo_dispatcher"], dispatcher_log)
+    try:
+        wait_for_line(worker_log, "ready.", worker)
+        seen = json.loads(
+            run([str(python), "drive.py"], cwd=project, env=host_env(), timeout=DRIVE_SECONDS)
+        )
+    finally:
+        stop(dispatcher)
+        stop(worker)
+
+    # What the project leaves out is said, and nothing fails: no login lockout, no login
+    # page at LOGIN_URL.
+    assert "tempo.W010" in checks and "tempo.W011" in checks
+    assert seen["tasksapp_file"].startswith(str(tmp_path / "venv"))  # the wheel's Tempo
+    assert seen["plain_status_at_enqueue"] == "READY"
+    plain, later, context, failing = (seen[n] for n in ("plain", "later", "context", "failing"))
+    assert (plain["status"], plain["return_value"], plain["got_again"]) == (
+        "SUCCESSFUL",
+        5,
+        "SUCCESSFUL",
+    )
+    assert plain["attempts"] == 1
+    assert (later["status"], later["return_value"]) == ("SUCCESSFUL", 9)
+    assert (later["priority"], later["queue_name"], later["tempo_priority"]) == (60, "reports", 8)
+    assert len(later["ran_at"]) == 1  # once, and not before run_after
+    ran_at = dt.datetime.fromisoformat(later["ran_at"][0])
+    assert ran_at >= dt.datetime.fromisoformat(later["run_after"])
+    assert context["status"] == "SUCCESSFUL"
+    assert context["return_value"] == {"name": "weekly", "attempt": 1}
+    assert failing["status"] == "FAILED" and failing["return_value"] is None
+    (error,) = failing["errors"]
+    assert error["class"] == "shop.tasks.OutOfStock"
+    assert seen["failing"]["exception_class"] == "OutOfStock"
+    assert "Traceback (most recent call last)" in error["traceback"]
+    assert "shop.tasks.OutOfStock: sku-1 is out of stock" in error["traceback"]
+    assert seen["rolled_back"] == "absent"
+    # The framework's signal for each enqueue (the rolled-back one's too, as it was sent).
+    assert len(seen["enqueued_signals"]) == 5
+    assert {plain["id"], later["id"], context["id"], failing["id"]} <= set(seen["enqueued_signals"])
+    assert seen["handler_job"] == "succeeded"
+    assert seen["smuggled"]["state"] == "dead"
+    assert "is not registered" in seen["smuggled"]["last_error"]
+    assert "only declared tasks run" in seen["refusals"]["undeclared_task"]
+    assert "is not registered" in seen["refusals"]["other_path"]
+    # Each ran once; the rolled-back task and the undeclared function never did.
+    assert seen["runs"] == ["add", "later", "report", "restock"]
+    assert seen["anonymous_api"] in (401, 403)
+    assert seen["anonymous_dashboard"] == 302
+    assert seen["pages"] == {"/tempo/": 200, "/tempo/jobs/": 200, "/tempo/api/jobs/": 200}
+    assert seen["jobs_page_names_tasks"] is True
+    assert seen["login_page"] == 302  # logged in: the login page sends to the dashboard
