@@ -15,9 +15,10 @@ happily are not storable or do not come back equal:
 - anything nested so deeply that encoding or decoding it hits the recursion limit.
 
 `checked_json` refuses all of these, plus values over a size limit, with a message that
-names the value (`what`) and where in it the problem is. `safe_text` is for text that
-must be stored whatever it holds (an exception's message, say): it replaces what cannot
-be stored and cuts it to a length.
+names the value (`what`) and where in it the problem is. `checked_text` refuses the first
+two in a string stored in a text column (a key, a name, a reason). `safe_text` is for
+text that must be stored whatever it holds (an exception's message, say): it replaces
+what cannot be stored and cuts it to a length.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ ERR_NUMBER = (
 ERR_TYPE = "{what} must be JSON-serialisable: {reason}"
 ERR_DEPTH = "{what} is nested deeper than {depth} levels (at {path})"
 ERR_SIZE = "{what} is {size} bytes encoded as JSON; the limit is {limit}"
+ERR_TEXT = (
+    "{what} must not contain the NUL character (\\u0000) or a lone surrogate"
+    " (\\ud800-\\udfff): send valid UTF-8 text."
+)
 
 
 class JsonValueError(ValueError):
@@ -171,6 +176,14 @@ def checked_json(
         limit = f"{max_bytes} ({limit_name})" if limit_name else str(max_bytes)
         raise JsonValueError(ERR_SIZE.format(what=what, size=len(text), limit=limit))
     return json.loads(text)
+
+
+def checked_text(text: str, *, what: str) -> str:
+    """`text` if every backend stores it in a text column and reads it back the same;
+    JsonValueError (ERR_TEXT, naming `what`) for a NUL character or a lone surrogate."""
+    if _has_bad_char(text):
+        raise JsonValueError(ERR_TEXT.format(what=what))
+    return text
 
 
 def _replace_bad_chars(text: str) -> str:

@@ -8,14 +8,13 @@ own error type (or form/field error) with the message unchanged.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from tasksapp.engine.ages import RetentionAgesError, retention_ages
 from tasksapp.engine.handlers import HandlerError, resolve_handler
-from tasksapp.engine.jsonvalues import JsonValueError, checked_json
+from tasksapp.engine.jsonvalues import JsonValueError, checked_json, checked_text
 from tasksapp.engine.models import Delivery
 from tasksapp.engine.retry import RetryPolicyError, validate_policy
 from tasksapp.engine.settings import DEFAULT_QUEUE, tempo_settings
@@ -23,7 +22,7 @@ from tasksapp.engine.settings import DEFAULT_QUEUE, tempo_settings
 ERR_PAYLOAD_JSON = "payload must be JSON-serialisable: {reason}"
 ERR_MAX_ATTEMPTS = "max_attempts must be an integer between 1 and 1000."
 ERR_DELIVERY = "delivery must be one of: {choices}."
-ERR_TIME_LIMIT = "time_limit must be a positive number of seconds."
+ERR_TIME_LIMIT = "time_limit must be a positive number of seconds, at most 86400 (one day)."
 ERR_KEY = "idempotency_key must be a non-empty string of at most 200 characters."
 ERR_QUEUE = (
     "queue must be 1-64 characters: lower-case letters, digits, '_' and '-', starting with"
@@ -34,6 +33,9 @@ ERR_CONCURRENCY_KEY = "concurrency_key must be a string of at most 200 character
 
 MAX_ATTEMPTS = 1000
 MAX_KEY_LENGTH = 200
+# A job that may run for more than a day holds its worker slot, its lease and a retry's
+# worth of the period that long: split such work into jobs. Kept in step with the message.
+MAX_TIME_LIMIT = 86_400.0
 QUEUE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 # Priorities: 0 lowest, 9 highest; named levels are stored as their numbers.
 MIN_PRIORITY, MAX_PRIORITY = 0, 9
@@ -82,10 +84,20 @@ def validated_payload(payload: Any) -> Any:
         raise JobOptionsError("payload", str(exc)) from exc
 
 
+def _storable_text(field: str, text: str) -> str:
+    """`text` unless a text column cannot hold it (NUL, a lone surrogate)."""
+    try:
+        return checked_text(text, what=field)
+    except JsonValueError as exc:
+        raise JobOptionsError(field, str(exc)) from exc
+
+
 def validated_idempotency_key(key: Any) -> str | None:
-    if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH):
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
         raise JobOptionsError("idempotency_key", ERR_KEY)
-    return key
+    return _storable_text("idempotency_key", key)
 
 
 def validated_retry_policy(policy: Any) -> dict[str, Any]:
@@ -122,7 +134,7 @@ def _validated_delivery(delivery: Any) -> str:
 def _validated_time_limit(time_limit: Any) -> float | None:
     if time_limit is None:
         return None
-    if not _is_number(time_limit) or not math.isfinite(time_limit) or time_limit <= 0:
+    if not _is_number(time_limit) or not 0 < time_limit <= MAX_TIME_LIMIT:
         raise JobOptionsError("time_limit", ERR_TIME_LIMIT)
     return time_limit
 
@@ -151,7 +163,7 @@ def _validated_concurrency_key(key: Any) -> str:
         return ""
     if not isinstance(key, str) or len(key) > MAX_KEY_LENGTH:
         raise JobOptionsError("concurrency_key", ERR_CONCURRENCY_KEY)
-    return key
+    return _storable_text("concurrency_key", key)
 
 
 @dataclass(frozen=True)

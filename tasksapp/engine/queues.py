@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.db.models.functions import Now
 
 from tasksapp.engine import sql
+from tasksapp.engine.jsonvalues import JsonValueError, checked_text
 from tasksapp.engine.models import JobQueue, RoutingMode
 from tasksapp.engine.options import (
     MAX_PRIORITY,
@@ -111,6 +112,10 @@ def routing_degrade(*, reason: Any, critical_priority: Any = MAX_PRIORITY) -> Ro
     """Degraded mode on: only jobs at or above `critical_priority` are claimed."""
     if not isinstance(reason, str) or len(reason) > MAX_REASON:
         raise JobInputError(ERR_REASON)
+    try:
+        checked_text(reason, what="reason")  # NUL, lone surrogates: not storable
+    except JsonValueError as exc:
+        raise JobInputError(str(exc)) from exc
     try:
         critical = validated_priority(critical_priority)
     except JobOptionsError as exc:

@@ -9,6 +9,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from tasksapp.engine.jsonvalues import JsonValueError, checked_text
 from tasksapp.engine.models import Delivery
 from tasksapp.engine.options import (
     DEFAULT_PRIORITY,
@@ -88,8 +89,7 @@ def recurring_task_create(
     """A task run once per `period` for every active member, at the member's phase,
     planned in `slices` slices per period. Period 0 starts at `epoch` (default: today,
     00:00 UTC). `retention`: days its finished jobs are kept, per state (docs/OPERATIONS.md)."""
-    if not isinstance(name, str) or not name.strip() or len(name) > 100:
-        raise PlanningInputError(ERR_NAME)
+    _validated_name(name)
     options = _validated_task_options(
         handler=handler,
         payload=payload,
@@ -179,6 +179,15 @@ def recurring_task_update(
             task.retention = ages
         _store(task, schedule, options, active=task.active if active is UNCHANGED else active)
     return task
+
+
+def _validated_name(name: Any) -> str:
+    if not isinstance(name, str) or not name.strip() or len(name) > 100:
+        raise PlanningInputError(ERR_NAME)
+    try:
+        return checked_text(name, what="name")
+    except JsonValueError as exc:
+        raise PlanningInputError(str(exc)) from exc
 
 
 def _validated_task_options(*, handler: Any, payload: Any, **job_options: Any) -> dict[str, Any]:
