@@ -135,7 +135,7 @@ def test_a_large_match_is_changed_a_thousand_ids_per_statement():
     assert (result.matched, result.changed) == (2500, 2500)
     assert _update_sizes(queries.captured_queries) == [1000, 1000, 500]
     assert [c.matched for c in chunks] == [1000, 2000, 2500]
-    assert [c.next_after for c in chunks] == [ids[999], ids[1999], ids[-1]]
+    assert [c.next_after for c in chunks] == [ids[999], ids[1999], None]
     assert not Job.objects.filter(state=JobState.DEAD).exists()
 
 

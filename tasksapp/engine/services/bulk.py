@@ -1,7 +1,7 @@
 """Operators' actions on every job a filter matches: retry, cancel or run now.
 
 The jobs are read and changed in chunks of CHUNK_JOBS ids, in id order, each chunk's
-change one statement of its own (its own transaction, unless the caller holds one): a
+change a transaction of its own (a savepoint, when the caller holds one): a
 million matching jobs never make one long statement or hold their row locks together.
 Each change is guarded on the state as the single-job owners guard it (jobs.job_retry,
 job_cancel, job_run_now): a job that moved meanwhile is not changed. A call may stop
@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import transaction
 from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -138,16 +139,17 @@ def job_bulk_action(
     after = _validated_after(after)
     deadline = None if time_budget is None else time.monotonic() + _validated_budget(time_budget)
     matched = changed = 0
-    for ids, last in selection.chunks(after=after):
+    for ids, next_after in selection.chunks(after=after):
         matched += len(ids)
         if ids and dry_run:
             changed += Job.objects.filter(chosen.eligible, id__in=ids).count()
         elif ids:
-            changed += chosen.change(ids)
+            with transaction.atomic():  # the chunk's statements (cancel has two) as one
+                changed += chosen.change(ids)
         if on_chunk is not None:
-            on_chunk(BulkResult(action, dry_run, matched, changed, last))
-        if deadline is not None and time.monotonic() >= deadline:
-            return BulkResult(action, dry_run, matched, changed, next_after=last)
+            on_chunk(BulkResult(action, dry_run, matched, changed, next_after))
+        if next_after is not None and deadline is not None and time.monotonic() >= deadline:
+            return BulkResult(action, dry_run, matched, changed, next_after)
     return BulkResult(action, dry_run, matched, changed)
 
 
@@ -185,19 +187,22 @@ class JobSelection:
         jobs = Job.objects.filter(self.query)
         return jobs if self.ids is None else jobs.filter(id__in=self.ids)
 
-    def chunks(self, *, after: int = 0) -> Iterator[tuple[list[int], int]]:
+    def chunks(self, *, after: int = 0) -> Iterator[tuple[list[int], int | None]]:
         """The matching ids past `after`, at most CHUNK_JOBS at a time, in id order, each
-        with the id to resume after: one indexed read a chunk (by the primary key's
-        order, or among the chunk's own ids for a filter by ids)."""
+        with the id to resume after (None after the last chunk): one indexed read a
+        chunk (in the primary key's order, or among its own ids for a filter by ids)."""
         if self.ids is not None:
             wanted = sorted({i for i in self.ids if i > after})
             for start in range(0, len(wanted), CHUNK_JOBS):
                 part = wanted[start : start + CHUNK_JOBS]
-                yield self._ids_of(Job.objects.filter(self.query, id__in=part)), part[-1]
+                more = start + CHUNK_JOBS < len(wanted)
+                ids = self._ids_of(Job.objects.filter(self.query, id__in=part))
+                yield ids, part[-1] if more else None
             return
         while ids := self._ids_of(Job.objects.filter(self.query, id__gt=after), CHUNK_JOBS):
-            yield ids, ids[-1]
-            if len(ids) < CHUNK_JOBS:
+            more = len(ids) == CHUNK_JOBS  # a full chunk: there may be more
+            yield ids, ids[-1] if more else None
+            if not more:
                 return
             after = ids[-1]
 

@@ -13,6 +13,8 @@ API_WRITES = {
     "job-cancel": ("cancel", "job", "job_id"),
     "job-retry": ("retry", "job", "job_id"),
     "job-run-now": ("run_now", "job", "job_id"),
+    "jobs-bulk": ("bulk_action", "jobs", None),
+    "jobs-bulk-create": ("job_create_many", "job", None),
     "graph-jobs": ("graph_job_create", "job", None),
     "graph-job-cancel": ("cancel_graph", "job", "job_id"),
     "members": ("member_create", "member", None),

@@ -1,13 +1,15 @@
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
-from . import views
+from . import bulk, views
 from .errors import api_not_found
 from .permissions import ViewOrOperate
 
 app_name = "api"
 urlpatterns = [
     path("jobs/", views.JobListView.as_view(), name="jobs"),
+    path("jobs/bulk/", bulk.JobBulkActionView.as_view(), name="jobs-bulk"),
+    path("jobs/bulk-create/", bulk.JobBulkCreateView.as_view(), name="jobs-bulk-create"),
     path("jobs/<int:job_id>/", views.JobDetailView.as_view(), name="job"),
     path("jobs/<int:job_id>/cancel/", views.JobCancelView.as_view(), name="job-cancel"),
     path("jobs/<int:job_id>/retry/", views.JobRetryView.as_view(), name="job-retry"),
