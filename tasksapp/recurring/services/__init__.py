@@ -12,25 +12,33 @@ harmless.
 
 from .errors import PlanningInputError
 from .members import (
+    MemberBatch,
     member_activate,
+    member_activate_many,
     member_create,
     member_create_many,
     member_deactivate,
+    member_deactivate_many,
     member_delete,
+    member_delete_many,
 )
 from .recurring_tasks import UNCHANGED, recurring_task_create, recurring_task_update
 from .slices import PlanningSummary, job_key_prefix, plan_due_slices, slice_plan
 
 __all__ = [
     "UNCHANGED",
+    "MemberBatch",
     "PlanningInputError",
     "PlanningSummary",
     "job_key_prefix",
     "member_activate",
+    "member_activate_many",
     "member_create",
     "member_create_many",
     "member_deactivate",
+    "member_deactivate_many",
     "member_delete",
+    "member_delete_many",
     "plan_due_slices",
     "recurring_task_create",
     "recurring_task_update",
