@@ -1,12 +1,13 @@
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
-from . import bulk, views
+from . import bulk, health, schedules, views
 from .errors import api_not_found
 from .permissions import ViewOrOperate
 
 app_name = "api"
 urlpatterns = [
+    path("health/", health.HealthView.as_view(), name="health"),
     path("jobs/", views.JobListView.as_view(), name="jobs"),
     path("jobs/bulk/", bulk.JobBulkActionView.as_view(), name="jobs-bulk"),
     path("jobs/bulk-create/", bulk.JobBulkCreateView.as_view(), name="jobs-bulk-create"),
@@ -59,6 +60,7 @@ urlpatterns = [
     path("routing/restore/", views.RoutingRestoreView.as_view(), name="routing-restore"),
     # The schema describes every endpoint: for the viewer role, like the API's reads.
     path("schema/", SpectacularAPIView.as_view(permission_classes=[ViewOrOperate]), name="schema"),
+    *schedules.urlpatterns,
     # Last: any other address under /api/ is a JSON 404, like every other API answer.
     re_path(r"^.*$", api_not_found, name="not-found"),
 ]
