@@ -235,6 +235,22 @@ MATRIX: list[Row] = [
     ),
     Row("api:job-run-now", "POST", "operate", API_WRITE_OK, {"job_id": "job"}, action="run_now"),
     Row(
+        "api:jobs-bulk",
+        "POST",
+        "operate",
+        API_WRITE_OK,
+        body={"action": "retry", "filter": {"ids": ["@dead_job"]}, "dry_run": False},
+        action="bulk_action",
+    ),
+    Row(
+        "api:jobs-bulk-create",
+        "POST",
+        "operate",
+        API_CREATED,
+        body={"jobs": [JOB_BODY]},
+        action="job_create_many",
+    ),
+    Row(
         "api:graph-jobs",
         "POST",
         "operate",
