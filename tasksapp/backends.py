@@ -19,6 +19,7 @@ Task modules: the `tasks` module of each installed app and those listed in
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -134,6 +135,8 @@ class TempoBackend(BaseTaskBackend):
         runner = _runner(task.module_path)
         if runner is not None and runner.task.func is task.func:
             return  # declared already (this is a copy: `.using()`, a result's task)
+        if not _being_declared(task):
+            raise InvalidTaskError(ERR_UNDECLARED.format(path=task.module_path))
         try:
             registry.register(
                 TaskRunner(task, type(self)), name=task.module_path, own_transaction=True
@@ -296,6 +299,14 @@ def _check_declared(task: Task) -> None:
     same = isinstance(found, Task) and found.func is task.func
     if declared is None or declared.task.func is not task.func or not same:
         raise InvalidTaskError(ERR_UNDECLARED.format(path=task.module_path))
+
+
+def _being_declared(task: Task) -> bool:
+    """Whether `@task` is declaring the function now: its module does not bind its name
+    yet (a decorator runs before the name is bound). A Task made later around a function
+    its module binds as a plain function is not a declared task."""
+    module = sys.modules.get(task.func.__module__)
+    return module is not None and getattr(module, task.func.__name__, None) is None
 
 
 def _runner(name: str) -> TaskRunner | None:
