@@ -71,7 +71,8 @@ FROM generate_series(%(start)s::bigint, %(stop)s::bigint - 1) AS n
 # of slices planned.
 SLICE_PLAN_TABLE = "tasksapp_sliceplan"
 _MEMBER_JOB_KEYS = """
-    SELECT 'plan:' || p.task_id || ':' || p.period || ':' || m.id AS key
+    SELECT 'plan:' || p.task_id || ':' || p.period || ':' || m.id AS key, p.id AS plan_id,
+           m.id AS member_id, m.phase, p.period_start, p.period_length
     FROM {members} m
     CROSS JOIN (SELECT DISTINCT slices FROM plans) g
     CROSS JOIN LATERAL (VALUES (floor(m.phase * g.slices)::bigint - 1),
@@ -82,11 +83,12 @@ _MEMBER_JOB_KEYS = """
       AND m.phase < (p.slice_index + 1)::float8 / p.slices"""
 # Plans whose jobs may still wait or retry (selectors.slice_plans_with_pending_jobs).
 _PENDING_PLANS = f"""plans AS (
-    SELECT task_id, period, slice_index, slices FROM {SLICE_PLAN_TABLE}
-    WHERE ends_at + period_length > %(now)s)"""
+    SELECT id, task_id, period, slice_index, slices, period_start, period_length
+    FROM {SLICE_PLAN_TABLE} WHERE ends_at + period_length > %(now)s)"""
 # Plans of active tasks whose window has not ended (selectors.slice_plans_open).
 _OPEN_PLANS = f"""plans AS (
-    SELECT p.task_id, p.period, p.slice_index, p.slices FROM {SLICE_PLAN_TABLE} p
+    SELECT p.id, p.task_id, p.period, p.slice_index, p.slices, p.period_start, p.period_length
+    FROM {SLICE_PLAN_TABLE} p
     JOIN {TASK_TABLE} t ON t.id = p.task_id AND t.active
     WHERE p.ends_at > %(now)s)"""
 # The waiting jobs of `{members}` cancelled, as job_cancel_waiting cancels one: a job
@@ -126,18 +128,28 @@ SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM cancelled)
 
 # Inactive members activated, their cancelled jobs still ahead in the open slices
 # scheduled again as job_retry does (same run time, one more attempt allowed than used):
-# one row per member activated, (id, phase, jobs restored in the whole batch).
+# (members activated, jobs restored, and the slice plans and members of the jobs still
+# ahead that are missing: slices planned while the members were away, each to be planned
+# for those members alone).
 ACTIVATE_MEMBERS = f"""
 WITH {_OPEN_PLANS},
 changed AS (
     UPDATE {MEMBER_TABLE} SET active = true
     WHERE id = ANY(%(ids)s::bigint[]) AND NOT active RETURNING id, phase),
+keys AS ({_CHANGED_KEYS}),
 restored AS (
     UPDATE {JOB_TABLE} j SET state = {SCHEDULED}, finished_at = NULL, claimed_by = '',
         lease_expires_at = NULL, cancel_requested_at = NULL,
         max_attempts = greatest(j.max_attempts, j.attempts + 1)
-    FROM ({_CHANGED_KEYS}) k
+    FROM keys k
     WHERE j.idempotency_key = k.key AND j.state = {CANCELLED} AND j.run_at >= %(now)s
-    RETURNING 1)
-SELECT id, phase, (SELECT count(*) FROM restored) FROM changed
+    RETURNING 1),
+missing AS (
+    SELECT k.plan_id, k.member_id FROM keys k
+    WHERE k.period_start + floor(k.phase * (extract(epoch FROM k.period_length) * 1000000)::float8)
+              * interval '1 microsecond' >= %(now)s
+      AND NOT EXISTS (SELECT FROM {JOB_TABLE} j WHERE j.idempotency_key = k.key))
+SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM restored),
+       ARRAY(SELECT plan_id FROM missing ORDER BY plan_id, member_id),
+       ARRAY(SELECT member_id FROM missing ORDER BY plan_id, member_id)
 """

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from functools import cache
 from typing import Protocol
 
@@ -49,12 +50,9 @@ class RecurringStore(Protocol):
         """Deactivate the active members of `ids` and cancel their waiting jobs:
         (members deactivated, jobs cancelled)."""
 
-    def members_activate(
-        self, *, ids: Sequence[int], now: dt.datetime
-    ) -> tuple[list[tuple[int, float]], int]:
+    def members_activate(self, *, ids: Sequence[int], now: dt.datetime) -> Activation:
         """Activate the inactive members of `ids` and schedule again their cancelled jobs
-        still ahead in the open slices: ((id, phase) of each member activated, jobs
-        restored)."""
+        still ahead in the open slices; name the jobs still ahead that are missing."""
 
 
 class PostgresRecurringStore:
@@ -87,11 +85,10 @@ class PostgresRecurringStore:
         [(members, jobs)] = _execute(sql.DEACTIVATE_MEMBERS, {"ids": list(ids), "now": now})
         return members, jobs
 
-    def members_activate(
-        self, *, ids: Sequence[int], now: dt.datetime
-    ) -> tuple[list[tuple[int, float]], int]:
-        rows = _execute(sql.ACTIVATE_MEMBERS, {"ids": list(ids), "now": now})
-        return [(member_id, phase) for member_id, phase, _ in rows], rows[0][2] if rows else 0
+    def members_activate(self, *, ids: Sequence[int], now: dt.datetime) -> Activation:
+        [row] = _execute(sql.ACTIVATE_MEMBERS, {"ids": list(ids), "now": now})
+        members, restored, plan_ids, member_ids = row
+        return Activation(members, restored, list(zip(plan_ids, member_ids, strict=True)))
 
 
 class SqliteRecurringStore:
@@ -133,16 +130,21 @@ class SqliteRecurringStore:
         Member.objects.filter(id__in=[m for m, _ in changed]).update(active=False)
         return len(changed), _cancel_waiting(changed, now)
 
-    def members_activate(
-        self, *, ids: Sequence[int], now: dt.datetime
-    ) -> tuple[list[tuple[int, float]], int]:
+    def members_activate(self, *, ids: Sequence[int], now: dt.datetime) -> Activation:
         changed = list(Member.objects.filter(id__in=ids, active=False).values_list("id", "phase"))
         Member.objects.filter(id__in=[m for m, _ in changed]).update(active=True)
         open_plans = SlicePlan.objects.filter(task__active=True, ends_at__gt=now)
-        restored = 0
-        for keys in _chunks(_job_keys(changed, open_plans), SQLITE_KEYS):
+        keys = _job_keys(changed, open_plans)
+        restored, taken = 0, set()
+        for chunk in _chunks(keys, SQLITE_KEYS):
+            by_key = {key: plan for key, plan, _ in chunk}
+            taken.update(
+                Job.objects.filter(idempotency_key__in=by_key).values_list(
+                    "idempotency_key", flat=True
+                )
+            )
             restored += Job.objects.filter(
-                idempotency_key__in=keys, state=JobState.CANCELLED, run_at__gte=now
+                idempotency_key__in=by_key, state=JobState.CANCELLED, run_at__gte=now
             ).update(
                 state=JobState.SCHEDULED,
                 finished_at=None,
@@ -151,7 +153,22 @@ class SqliteRecurringStore:
                 cancel_requested_at=None,
                 max_attempts=Greatest("max_attempts", F("attempts") + 1),
             )
-        return changed, restored
+        missing = [
+            (plan.id, int(key.rsplit(":", 1)[1]))
+            for key, plan, phase in keys
+            if key not in taken and plan.occurrence(phase) >= now
+        ]
+        return Activation(len(changed), restored, missing)
+
+
+@dataclass(frozen=True)
+class Activation:
+    """Members activated, their jobs scheduled again, and the (slice plan id, member id)
+    of each job still ahead that is missing (its slice was planned while they were away)."""
+
+    members: int
+    restored: int
+    missing: list[tuple[int, int]]
 
 
 SQLITE_KEYS = 500  # job keys per statement, well within SQLite's bound on parameters
@@ -162,30 +179,32 @@ def _cancel_waiting(members: list[tuple[int, float]], now: dt.datetime) -> int:
     until = ExpressionWrapper(F("ends_at") + F("period_length"), output_field=DateTimeField())
     pending = SlicePlan.objects.alias(until=until).filter(until__gt=now)
     cancelled = 0
-    for keys in _chunks(_job_keys(members, pending), SQLITE_KEYS):
+    for chunk in _chunks(_job_keys(members, pending), SQLITE_KEYS):
+        keys = [key for key, _, _ in chunk]
         cancelled += Job.objects.filter(idempotency_key__in=keys, state__in=DUE_STATES).update(
             state=JobState.CANCELLED, finished_at=now, lease_expires_at=None
         )
     return cancelled
 
 
-def _job_keys(members: list[tuple[int, float]], plans) -> list[str]:
-    """The planned jobs' keys of `members` ((id, phase)) in `plans`, read once: each member
-    looked up by its slice in each grid, as sql._MEMBER_JOB_KEYS does."""
-    grids: dict[int, dict[int, list[str]]] = {}
-    for task_id, period, index, slices in plans.values_list(
-        "task_id", "period", "slice_index", "slices"
+def _job_keys(members: list[tuple[int, float]], plans) -> list[tuple[str, SlicePlan, float]]:
+    """The planned jobs' keys of `members` ((id, phase)) in `plans` (read once), with the
+    plan and the phase: each member looked up by its slice in each grid, as
+    sql._MEMBER_JOB_KEYS does. A key is job_key_prefix(task, period) + the member's id."""
+    grids: dict[int, dict[int, list[SlicePlan]]] = {}
+    for plan in plans.only(
+        "task_id", "period", "slice_index", "slices", "period_start", "period_length"
     ):
-        grids.setdefault(slices, {}).setdefault(index, []).append(f"plan:{task_id}:{period}:")
+        grids.setdefault(plan.slices, {}).setdefault(plan.slice_index, []).append(plan)
     return [
-        f"{prefix}{member_id}"
+        (f"plan:{plan.task_id}:{plan.period}:{member_id}", plan, phase)
         for member_id, phase in members
         for slices, plans_at in grids.items()
-        for prefix in plans_at.get(slice_of(phase, slices), ())
+        for plan in plans_at.get(slice_of(phase, slices), ())
     ]
 
 
-def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+def _chunks(items: list, size: int) -> Iterator[list]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
 

@@ -13,7 +13,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from tasksapp.recurring import phases
-from tasksapp.recurring.models import FreeOrdinal, Member
+from tasksapp.recurring.models import FreeOrdinal, Member, SlicePlan
 from tasksapp.recurring.selectors.schedules import slice_plans_open
 from tasksapp.recurring.settings import planning_settings
 from tasksapp.recurring.store import recurring_store
@@ -96,9 +96,8 @@ def member_activate_many(*, member_ids: Sequence[int]) -> MemberBatch:
     not found or active already are skipped."""
 
     def activate(*, ids: Sequence[int], now: dt.datetime) -> tuple[int, int]:
-        changed, restored = recurring_store().members_activate(ids=ids, now=now)
-        planned = _plan_phases_into_open_slices(changed, now=now)
-        return len(changed), restored + planned
+        done = recurring_store().members_activate(ids=ids, now=now)
+        return done.members, done.restored + _plan_missing(done.missing, now=now)
 
     return _in_chunks(member_ids, activate)
 
@@ -164,18 +163,21 @@ def _take_ordinals(count: int) -> list[int]:
 
 
 def _plan_into_open_slices(members: Sequence[Member]) -> int:
-    return _plan_phases_into_open_slices([(m.id, m.phase) for m in members], now=timezone.now())
-
-
-def _plan_phases_into_open_slices(members: Sequence[tuple[int, float]], *, now: dt.datetime) -> int:
-    """Create the jobs of `members` ((id, phase)) in the open slices that hold them: one
-    insert per such slice (the planner's own), none where no member falls."""
-    if not members:
-        return 0
     lock_active_tasks_shared()
+    now = timezone.now()
     planned = 0
     for plan in slice_plans_open(now=now):
-        inside = [member_id for member_id, phase in members if plan.contains(phase)]
+        inside = [m.id for m in members if plan.contains(m.phase)]
         if inside:
             planned += plan_members(plan, not_before=now, member_ids=inside)[0]
     return planned
+
+
+def _plan_missing(missing: Sequence[tuple[int, int]], *, now: dt.datetime) -> int:
+    """Create the missing jobs ((slice plan id, member id)): one insert per slice plan
+    named, the planner's own; none when nothing is missing."""
+    members: dict[int, list[int]] = {}
+    for plan_id, member_id in missing:
+        members.setdefault(plan_id, []).append(member_id)
+    plans = SlicePlan.objects.filter(id__in=members).select_related("task").order_by("id")
+    return sum(plan_members(p, not_before=now, member_ids=members[p.id])[0] for p in plans)
