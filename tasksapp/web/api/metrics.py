@@ -27,6 +27,7 @@ from tasksapp.web.selectors.dashboard import (
     jobs_finished_by_state,
     worker_list,
 )
+from tasksapp.web.selectors.health import health_read
 
 WINDOW = dt.timedelta(minutes=5)
 
@@ -36,9 +37,31 @@ class TempoCollector:
         self.now = now
 
     def collect(self):
+        yield from self._health()
         yield from self._jobs()
         yield from self._processes()
         yield from self._storage()
+
+    def _health(self):
+        health = health_read(now=self.now)
+        yield GaugeMetricFamily(
+            "tempo_healthy",
+            "1 while work gets done; 0 when a queue's oldest due job waits past the stall "
+            "limit or due work has no live dispatcher or worker (as GET /api/health/).",
+            value=1 if health.healthy else 0,
+        )
+        due = GaugeMetricFamily(
+            "tempo_queue_due_jobs", "Jobs due and not started, per queue.", labels=["queue"]
+        )
+        oldest = GaugeMetricFamily(
+            "tempo_queue_oldest_due_seconds",
+            "How long the oldest due job not started has waited, per queue (0: none).",
+            labels=["queue"],
+        )
+        for queue in health.queues:
+            due.add_metric([queue.queue], queue.due)
+            oldest.add_metric([queue.queue], queue.oldest_due_seconds or 0.0)
+        yield from (due, oldest)
 
     def _storage(self):
         mark = rollup_mark()

@@ -83,3 +83,18 @@ def test_metrics_show_finished_jobs_rollup_lag_and_table_sizes(viewer_api, activ
     families = _families(viewer_api)
     assert _value(families["tempo_jobs_finished_day"], state="succeeded") == 27  # the same
     assert 299 <= _value(families["tempo_rollup_lag_seconds"]) < 360
+
+
+def test_metrics_show_a_stall_per_queue(viewer_api):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from tests.web.dashboard.fixtures import make_job
+
+    make_job(run_at=timezone.now() - dt.timedelta(seconds=200), queue="mail")
+    families = _families(viewer_api)
+    assert _value(families["tempo_healthy"]) == 0
+    assert _value(families["tempo_queue_due_jobs"], queue="mail") == 1
+    assert 199 <= _value(families["tempo_queue_oldest_due_seconds"], queue="mail") < 260
+    assert _value(families["tempo_queue_oldest_due_seconds"], queue="default") == 0
