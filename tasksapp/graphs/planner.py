@@ -1,4 +1,5 @@
-"""GraphPlan (Blum & Furst) for graph tasks. Pure: no database, no Celery, no clock.
+"""GraphPlan (Blum & Furst) for graph tasks. Pure: no database, no Celery; the clock only
+for an optional time limit (``seconds``: past it, PlanningError saying so).
 
 A job says what it has (propositions that hold at the start) and what it wants. The
 planner builds the planning graph: proposition layer 0 holds ``has``; action layer i holds
@@ -33,6 +34,7 @@ What this planner adds to the textbook algorithm, each documented where it lives
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -63,6 +65,10 @@ ERR_EXCLUSIVE = (
     "cannot produce {first!r} and {second!r} together: every way to one of them undoes the other"
 )
 ERR_NO_ORDER = "cannot produce {goals} together: no order of tasks makes them all hold at once"
+ERR_TOO_LONG = (
+    "no plan within {seconds:g} s: planning with {tasks} tasks to choose from takes longer;"
+    " name fewer objects in has, or want fewer propositions"
+)
 
 _NONE: frozenset = frozenset()
 ONCE = "once "  # + task name: hidden proposition "not run yet"; a task runs at most once
@@ -77,6 +83,28 @@ class PlanningError(ValueError):
         super().__init__(message)
         self.goals = frozenset(goals)
         self.missing = frozenset(missing)
+
+
+class PlanningTooLong(PlanningError):
+    """The planner's time limit passed before it found a plan or proved there is none."""
+
+
+class _Deadline:
+    """The time limit of one planning: ``check`` raises _OutOfTime once it has passed."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.at = None if seconds is None else time.monotonic() + seconds
+
+    def check(self) -> None:
+        if self.at is not None and time.monotonic() > self.at:
+            raise _OutOfTime
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+NO_DEADLINE = _Deadline(None)
 
 
 def negate(literal: str) -> str:
@@ -189,10 +217,13 @@ def _index(actions: Iterable[_Action], attribute: str) -> dict[str, list[_Action
     return index
 
 
-def _action_mutexes(actions: list[_Action], prop_mutex: Mapping[str, set[str]]) -> dict:
+def _action_mutexes(
+    actions: list[_Action], prop_mutex: Mapping[str, set[str]], deadline: _Deadline
+) -> dict:
     by_effect, by_pre = _index(actions, "effects"), _index(actions, "pre")
     mutex = {}
     for action in actions:
+        deadline.check()
         found: set[_Action] = set()
         for literal in action.effects:  # inconsistent effects; interference (it negates)
             found.update(by_effect.get(negate(literal), ()), by_pre.get(negate(literal), ()))
@@ -211,7 +242,9 @@ def _candidates(support: list[_Action], action_mutex: Mapping) -> set[str]:
     return {literal for action in common for literal in action.effects}
 
 
-def _prop_mutexes(supporters: Mapping[str, list], action_mutex: Mapping, previous: _Level) -> dict:
+def _prop_mutexes(
+    supporters: Mapping[str, list], action_mutex: Mapping, previous: _Level, deadline: _Deadline
+) -> dict:
     """Mutex pairs only shrink from one level to the next (frame actions carry every
     compatible pair on), so an old proposition is checked against last level's mutexes."""
     mutex: dict[str, set[str]] = defaultdict(set)
@@ -226,6 +259,7 @@ def _prop_mutexes(supporters: Mapping[str, list], action_mutex: Mapping, previou
         for other in candidates:  # each pair once: the smaller name, or the new one, checks
             if other <= prop and (old or other not in previous.props):
                 continue
+            deadline.check()
             if all(b in action_mutex[a] for a in support for b in supporters[other]):
                 mutex[prop].add(other)
                 mutex[other].add(prop)
@@ -251,7 +285,10 @@ class PlanningGraph:
     appeared. The query methods take task and proposition names, for tests and tools.
     """
 
-    def __init__(self, tasks: Iterable[TaskSpec], has: Iterable[str]) -> None:
+    def __init__(
+        self, tasks: Iterable[TaskSpec], has: Iterable[str], deadline: _Deadline = NO_DEADLINE
+    ) -> None:
+        self.deadline = deadline
         specs = sorted(tasks, key=lambda spec: spec.name)
         self._tasks = [_task_action(spec) for spec in specs]
         self._noops: dict[str, _Action] = {}
@@ -298,13 +335,13 @@ class PlanningGraph:
             for task in self._tasks
             if task.pre <= previous.props and _consistent(task.pre, previous.prop_mutex)
         ]
-        action_mutex = _action_mutexes(actions, previous.prop_mutex)
+        action_mutex = _action_mutexes(actions, previous.prop_mutex, self.deadline)
         supporters = {  # "has run" (¬once) is never needed: no node for it
             literal: producers
             for literal, producers in _index(actions, "effects").items()
             if not literal.startswith(NEGATION + ONCE)
         }
-        prop_mutex = _prop_mutexes(supporters, action_mutex, previous)
+        prop_mutex = _prop_mutexes(supporters, action_mutex, previous, self.deadline)
         ordered = {prop: tuple(sorted(found, key=self._cost)) for prop, found in supporters.items()}
         return _Level(tuple(actions), action_mutex, frozenset(ordered), ordered, prop_mutex)
 
@@ -379,12 +416,18 @@ class _OutOfBudget(Exception):
 
 
 class _Budget:
-    """Supporters the search may still try in this stage (None: no limit)."""
+    """Supporters the search may still try in this stage (None: no limit); every
+    CHECK_EVERY of them, whether the time limit has passed."""
 
-    def __init__(self, steps: int | None) -> None:
-        self.left = steps
+    CHECK_EVERY = 256
+
+    def __init__(self, steps: int | None, deadline: _Deadline = NO_DEADLINE) -> None:
+        self.left, self.deadline, self.spent = steps, deadline, 0
 
     def spend(self) -> None:
+        self.spent += 1
+        if self.spent % self.CHECK_EVERY == 0:
+            self.deadline.check()
         if self.left is not None:
             self.left -= 1
             if self.left < 0:
@@ -503,8 +546,9 @@ class _Search:
 
     def __init__(self, graph: PlanningGraph) -> None:
         self._graph = graph
+        self.deadline = graph.deadline
         self.nogoods: dict[int, _Nogoods] = defaultdict(_Nogoods)
-        self.budget = _Budget(None)
+        self.budget = _Budget(None, self.deadline)
 
     def extract(self, goals: frozenset[str], level: int) -> tuple[list | None, frozenset[str]]:
         """(action layers 1..level, ∅), or (None, a subset of goals that cannot hold)."""
@@ -601,7 +645,7 @@ def _explain(graph: PlanningGraph, goals: frozenset[str], tasks: list[TaskSpec])
 
 def _attempt(search: _Search, goals: frozenset[str], level: int, budget: int):
     """One stage: (action layers or None, whether the search ran to its end)."""
-    search.budget = _Budget(budget)
+    search.budget = _Budget(budget, search.deadline)
     try:
         layers, _ = search.extract(goals, level)
     except _OutOfBudget:
@@ -757,22 +801,33 @@ def plan_tasks(
     wants: Iterable[str],
     fingerprint: str = "",
     objects: tuple[tuple[str, tuple[str, ...]], ...] | None = None,
+    seconds: float | None = None,
 ) -> Plan:
     """Plan without the cache. ``has`` may be the job's values: only its keys are used,
-    and the lists of object names it holds for parameterised tasks (or ``objects``)."""
+    and the lists of object names it holds for parameterised tasks (or ``objects``).
+    ``seconds``: the time limit (None: none); past it, PlanningTooLong."""
+    deadline = _Deadline(seconds)
     tasks = list(tasks)
     objects = _objects(tasks, has) if objects is None else objects
     specs = {spec.name: spec for spec in _grounded(tasks, dict(objects))}
     has, wants = _propositions(has, field="has"), _propositions(wants, field="wants")
     relevant = _relevant(specs.values(), wants)
-    graph = PlanningGraph(relevant, has)
-    levels = _solve(graph, wants, list(specs.values()), bound=len(relevant))
+    try:
+        graph = PlanningGraph(relevant, has, deadline)
+        levels = _solve(graph, wants, list(specs.values()), bound=len(relevant))
+    except _OutOfTime:
+        message = ERR_TOO_LONG.format(seconds=seconds, tasks=len(relevant))
+        raise PlanningTooLong(message, goals=()) from None
     return _build_plan(levels, specs, fingerprint=fingerprint, has=has, wants=wants)
 
 
 @lru_cache(maxsize=256)
 def _cached_plan(
-    snapshot: RegistrySnapshot, has: frozenset[str], wants: frozenset[str], objects: tuple
+    snapshot: RegistrySnapshot,
+    has: frozenset[str],
+    wants: frozenset[str],
+    objects: tuple,
+    seconds: float | None,
 ) -> Plan:
     return plan_tasks(
         tasks=snapshot.specs,
@@ -780,6 +835,7 @@ def _cached_plan(
         wants=wants,
         fingerprint=snapshot.fingerprint,
         objects=objects,
+        seconds=seconds,
     )
 
 
@@ -788,13 +844,15 @@ def graph_plan(
     has: Iterable[str] | Mapping[str, Any],
     wants: Iterable[str],
     registry: Registry | None = None,
+    seconds: float | None = None,
 ) -> Plan:
     """The plan for a job, cached by (registry fingerprint, has keys, wants, the objects
-    named for parameterised tasks)."""
+    named for parameterised tasks, the time limit). ``seconds``: PlanningTooLong past it
+    (not cached: a later call tries again)."""
     snapshot = (default_registry if registry is None else registry).snapshot()
     objects = _objects(snapshot.specs, has)
     has, wants = _propositions(has, field="has"), _propositions(wants, field="wants")
-    return _cached_plan(snapshot, has, wants, objects)
+    return _cached_plan(snapshot, has, wants, objects, seconds)
 
 
 plan_cache_info = _cached_plan.cache_info

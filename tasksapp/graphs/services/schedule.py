@@ -31,6 +31,10 @@ ERR_BOUND = "{field} must be an integer between {low} and {high}."
 ERR_KEY_TAKEN = "idempotency key {key!r} belongs to a job that is not a graph job."
 
 START_ATTEMPTS = 5
+# Planning runs inside the request that schedules: past this many seconds it stops with
+# a "no plan within ... s" error instead of holding the request (a parameterised task
+# over a hundred objects can otherwise take minutes).
+PLAN_SECONDS = 5.0
 START_POLICY = {"delays": [0.5, 1.0, 2.0, 5.0]}
 
 
@@ -91,7 +95,7 @@ def _validated_on_complete(handler: Any) -> str:
 
 def _planned(has: dict[str, Any], wants: list[str]) -> dict[str, Any]:
     try:
-        return graph_plan(has=has, wants=wants).as_dict()
+        return graph_plan(has=has, wants=wants, seconds=PLAN_SECONDS).as_dict()
     except PlanningError as exc:
         raise GraphInputError(str(exc), goals=exc.goals, missing=exc.missing) from exc
 
