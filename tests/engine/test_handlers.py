@@ -6,16 +6,19 @@ from __future__ import annotations
 import sys
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from tasksapp.engine.ages import ERR_RETENTION
 from tasksapp.engine.handlers import (
     ERR_HANDLER_DUPLICATE,
+    ERR_HANDLER_MODULE,
     ERR_HANDLER_PATH,
     HandlerError,
     HandlerRegistry,
     handler_modules,
     job_handler,
+    load_handler_modules,
     registry,
     resolve_handler,
 )
@@ -115,7 +118,23 @@ def test_the_service_stores_nothing_for_an_unregistered_handler(name):
 
 def test_handler_modules_come_from_the_setting_and_the_apps(settings):
     settings.TEMPO_HANDLER_MODULES = ["tests.handlers.recording"]
-    assert handler_modules() == ["tests.handlers.recording"]
+    assert handler_modules() == ["tasksapp.recurring.handlers", "tests.handlers.recording"]
+
+
+def test_the_setting_adds_to_tempos_own_handlers(settings):
+    settings.TEMPO_HANDLER_MODULES = []
+    assert handler_modules() == ["tasksapp.recurring.handlers"]
+
+
+def test_a_listed_handler_module_that_is_missing_is_a_configuration_error(settings):
+    settings.TEMPO_HANDLER_MODULES = ["tests.handlers.no_such_module"]
+    with pytest.raises(ImproperlyConfigured) as refused:
+        load_handler_modules()
+    assert str(refused.value) == ERR_HANDLER_MODULE.format(
+        setting="TEMPO_HANDLER_MODULES",
+        module="tests.handlers.no_such_module",
+        reason="no module named 'tests.handlers.no_such_module'",
+    )
 
 
 def test_the_demo_and_graph_handlers_are_registered_at_start_up():
