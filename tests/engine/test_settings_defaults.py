@@ -1,0 +1,106 @@
+"""A project sets none of Tempo's settings and gets the defaults; a typo is an error."""
+
+import pytest
+from celery import Celery
+from django.core.checks import Error, Warning
+from django.core.exceptions import ImproperlyConfigured
+
+from tasksapp.engine import checks
+from tasksapp.engine.settings import (
+    DEFAULTS,
+    ERR_UNKNOWN_KEYS,
+    PLANNING_DEFAULTS,
+    RETENTION_DEFAULTS,
+    TempoSettings,
+    configured,
+)
+from tasksapp.engine.worker.celery_app import _with_tempo, route_to_tempo_queue
+from tasksapp.engine.worker.wakeup import HubWakeup, HubWakeupReader
+from tasksapp.management.commands.tempo_worker import served_queues
+from tasksapp.recurring.settings import PlanningSettings
+from tasksapp.retention.settings import RetentionSettings
+
+
+def test_without_any_setting_every_key_has_its_default(settings):
+    del settings.TEMPO
+    settings.CELERY_BROKER_URL = "redis://broker:6379/3"
+    loaded = TempoSettings.load()
+    assert loaded.queue == "tempo" and loaded.partitions == 16
+    assert loaded.prepared_statements is True  # no pooler
+    assert loaded.index_prefix == "tempo:"
+    assert loaded.index_redis_url == "redis://broker:6379/3"
+
+
+def test_a_project_sets_only_what_it_changes(settings):
+    settings.TEMPO = {"QUEUE": "jobs", "DB_POOLER": "transaction"}
+    loaded = TempoSettings.load()
+    assert (loaded.queue, loaded.index_prefix, loaded.prepared_statements) == (
+        "jobs",
+        "jobs:",
+        False,
+    )
+    assert loaded.max_batch == DEFAULTS["MAX_BATCH"]
+
+
+def test_an_unknown_key_is_an_error_naming_it(settings):
+    settings.TEMPO = {"QEUE": "jobs"}
+    with pytest.raises(ImproperlyConfigured) as refused:
+        TempoSettings.load()
+    assert str(refused.value) == ERR_UNKNOWN_KEYS.format(
+        setting="TEMPO", unknown="QEUE", known=", ".join(DEFAULTS)
+    )
+    assert [m.id for m in checks.check_configuration()] == ["tempo.E010"]
+
+
+def test_planning_and_retention_have_defaults_too(settings):
+    del settings.TEMPO_PLANNING
+    del settings.TEMPO_RETENTION
+    assert configured("TEMPO_PLANNING") == PLANNING_DEFAULTS
+    assert PlanningSettings.load().phase_strategy == "golden"
+    assert RetentionSettings.load().audit_days == RETENTION_DEFAULTS["AUDIT_DAYS"]
+
+
+def test_a_project_without_login_lockout_is_told_not_stopped(settings):
+    settings.INSTALLED_APPS = [app for app in settings.INSTALLED_APPS if app != "axes"]
+    (found,) = checks.check_login_lockout()
+    assert isinstance(found, Warning) and found.id == "tempo.W010"
+
+
+def test_a_login_url_that_answers_nothing_is_reported(settings):
+    settings.LOGIN_URL = "/accounts/login/"
+    assert [m.id for m in checks.check_login_url()] == ["tempo.W011"]
+    settings.LOGIN_URL = "dashboard:login"
+    assert checks.check_login_url() == []
+
+
+def test_a_tasks_backend_that_cannot_be_imported_is_an_error(settings):
+    settings.TASKS = {"default": {"BACKEND": "tasksapp.backends.NoSuchBackend"}}
+    (found,) = checks.check_configuration()
+    assert isinstance(found, Error) and found.id == "tempo.E011"
+
+
+def test_tempo_adds_its_part_to_a_projects_celery_app_and_keeps_its_routes():
+    def project_router(name, args, kwargs, options, task=None, **kw):
+        return None
+
+    app = Celery("project", set_as_current=False)
+    app.conf.task_routes = {"billing.*": {"queue": "billing"}}
+    _with_tempo(app)
+    _with_tempo(app)  # once only
+    assert app.conf.task_routes == (route_to_tempo_queue, {"billing.*": {"queue": "billing"}})
+    assert {HubWakeup} <= app.steps["worker"] and {HubWakeupReader} <= app.steps["consumer"]
+    assert "tasksapp.run_jobs" in app.tasks
+    assert route_to_tempo_queue("tasksapp.plan_due_slices", (), {}, {}) == {"queue": "tempo"}
+    assert route_to_tempo_queue("billing.charge", (), {}, {}) is None
+    other = Celery("other", set_as_current=False)
+    other.conf.task_routes = [project_router]
+    _with_tempo(other)
+    assert other.conf.task_routes == (route_to_tempo_queue, project_router)
+
+
+def test_a_worker_serves_the_default_queue_and_the_backends_queues(settings):
+    settings.TASKS = {
+        "default": {"BACKEND": "tasksapp.backends.TempoBackend", "QUEUES": ["default", "mail"]}
+    }
+    assert served_queues(None) == ["default", "mail"]
+    assert served_queues("reports, default") == ["reports", "default"]
