@@ -44,6 +44,7 @@ from tasksapp.web.operators import (
     routing_restore_audited,
 )
 from tasksapp.web.selectors.dashboard import dashboard_overview, job_history_by_day
+from tasksapp.web.selectors.health import health_read
 from tasksapp.web.selectors.jobs import (
     JobFilterError,
     JobFilters,
@@ -88,7 +89,8 @@ def _can_operate(request: HttpRequest) -> bool:
 @viewer_required
 @require_GET
 def overview(request: HttpRequest) -> HttpResponse:
-    return render(request, "dashboard/overview.html", {"data": _with_colors(dashboard_overview())})
+    data = _with_colors(dashboard_overview())
+    return render(request, "dashboard/overview.html", {"data": data, "health": health_read()})
 
 
 def _with_colors(data: dict[str, Any]) -> dict[str, Any]:
