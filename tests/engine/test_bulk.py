@@ -219,6 +219,7 @@ def test_created_range_takes_datetimes_too():
         ("retry", {"ids": [2**63]}, bulk.ERR_IDS.format(max=bulk.MAX_IDS)),
         ("retry", {"state": "gone"}, None),
         ("retry", {"state": []}, None),
+        ("retry", {"state": [{}]}, None),
         ("retry", {"priority": 10}, bulk.ERR_PRIORITY),
         ("retry", {"priority": True}, bulk.ERR_PRIORITY),
         ("retry", {"queue": ""}, bulk.ERR_TEXT.format(name="queue", max=bulk.MAX_TEXT_CHARS)),

@@ -266,7 +266,8 @@ def _ids(value: Any) -> list[int]:
 
 def _states(value: Any) -> list[str]:
     states = [value] if isinstance(value, str) else value
-    if not isinstance(states, list) or not states or not set(states) <= set(JobState.values):
+    known = isinstance(states, list) and all(state in JobState.values for state in states)
+    if not known or not states:
         raise JobInputError(ERR_STATE.format(states=", ".join(JobState.values), value=value))
     return states
 

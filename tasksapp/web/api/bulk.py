@@ -41,7 +41,10 @@ class BulkActionSerializer(serializers.Serializer):
         help_text="true: count the jobs it would change, change nothing (and record nothing)."
     )
     after = serializers.IntegerField(
-        required=False, min_value=0, help_text="Go on after this job id (a `next_after`)."
+        required=False,
+        min_value=0,
+        max_value=2**63 - 1,
+        help_text="Go on after this job id (a `next_after`).",
     )
 
 
