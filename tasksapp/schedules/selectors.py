@@ -104,6 +104,10 @@ class RunView:
     finished_at: dt.datetime | None
     lag: dt.timedelta | None  # when its handler began, after its run time
 
+    @property
+    def lag_ms(self) -> float | None:
+        return None if self.lag is None else self.lag / dt.timedelta(milliseconds=1)
+
 
 def schedule_runs(*, schedule: Schedule, limit: int = 20) -> list[RunView]:
     """The schedule's last runs (latest fire first) with their jobs' state and start lag."""

@@ -25,7 +25,11 @@ def start(taken):
 
 def two_runs(overlap):
     schedule = schedule_create(name=f"o-{overlap}", handler=HANDLER, cron=NEVER, overlap=overlap)
-    return schedule, schedule_run_now(schedule_id=schedule.id), schedule_run_now(schedule_id=schedule.id)
+    return (
+        schedule,
+        schedule_run_now(schedule_id=schedule.id),
+        schedule_run_now(schedule_id=schedule.id),
+    )
 
 
 def test_allow_runs_beside_an_unfinished_previous_run(effects):

@@ -54,7 +54,9 @@ def assert_one_job_and_run_per_fire(expected):
     assert len(keys) == len(set(keys)) == expected
     runs = ScheduleRun.objects.all()
     assert runs.count() == expected
-    assert set(runs.values_list("job_id", flat=True)) == set(Job.objects.values_list("id", flat=True))
+    assert set(runs.values_list("job_id", flat=True)) == set(
+        Job.objects.values_list("id", flat=True)
+    )
 
 
 def test_two_planners_share_the_due_schedules(settings):

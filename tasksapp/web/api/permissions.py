@@ -28,6 +28,11 @@ API_WRITES = {
     "queue-resume": ("queue_resume", "queue", "name"),
     "routing-degrade": ("degrade", "routing", None),
     "routing-restore": ("restore", "routing", None),
+    "schedules": ("schedule_create", "schedule", None),
+    "schedule": ("schedule_edit", "schedule", "schedule_id"),
+    "schedule-pause": ("schedule_pause", "schedule", "schedule_id"),
+    "schedule-resume": ("schedule_resume", "schedule", "schedule_id"),
+    "schedule-run-now": ("schedule_run_now", "schedule", "schedule_id"),
 }
 
 

@@ -26,6 +26,7 @@ ACTION_URLS = {
     "token-revoke": ("token_revoke", "api_token", "token_id"),
     "queue-action": (None, "queue", "name"),
     "routing-action": (None, "routing", None),
+    "schedule-action": (None, "schedule", "schedule_id"),
 }
 KNOWN_ACTIONS = {
     "cancel",
@@ -36,9 +37,10 @@ KNOWN_ACTIONS = {
     "cancel-graph",
     "degrade",
     "restore",
+    "delete",
 }
 # An action argument recorded under another name: a queue's pause is `queue_pause`.
-ACTION_PREFIXES = {"queue-action": "queue_"}
+ACTION_PREFIXES = {"queue-action": "queue_", "schedule-action": "schedule_"}
 
 
 def role_required(perm: str):

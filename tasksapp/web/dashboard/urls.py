@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import tokens, views
+from . import schedules, tokens, views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -17,6 +17,13 @@ urlpatterns = [
     path("queues/", views.queue_page, name="queues"),
     path("queues/mode/<str:action>/", views.routing_action, name="routing-action"),
     path("queues/<str:name>/<str:action>/", views.queue_action, name="queue-action"),
+    path("schedules/", schedules.schedule_list_page, name="schedule-list"),
+    path("schedules/<int:schedule_id>/", schedules.schedule_detail_page, name="schedule-detail"),
+    path(
+        "schedules/<int:schedule_id>/<str:action>/",
+        schedules.schedule_action,
+        name="schedule-action",
+    ),
     path("audit/", views.audit_list, name="audit"),
     path("tokens/", tokens.token_list, name="tokens"),
     path("tokens/new/", tokens.token_create, name="token-create"),

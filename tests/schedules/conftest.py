@@ -1,0 +1,2 @@
+from tests.web.conftest import _own_cache  # noqa: F401  (throttle counts of the test's own)
+from tests.web.dashboard.fixtures import *  # noqa: F403
