@@ -88,3 +88,31 @@ def test_cancel_previous_cancels_a_waiting_previous_run_at_once(effects):
     start(claim(second))  # the first never started: still scheduled
     assert Job.objects.get(id=first.job_id).state == JobState.CANCELLED
     assert effects.count(second.job_id) == 1
+
+
+def test_a_django_task_runs_on_a_schedule_with_the_payloads_arguments():
+    from tests.handlers import tasks_api
+
+    schedule = schedule_create(
+        name="task", handler=tasks_api.add, cron=NEVER, payload={"args": [2, 3], "kwargs": {}}
+    )
+    assert schedule.handler == "tests.handlers.tasks_api.add"
+    run = schedule_run_now(schedule_id=schedule.id)
+    start(claim(run))
+    job = Job.objects.get(id=run.job_id)
+    assert job.state == JobState.SUCCEEDED and job.result == 5
+
+
+def test_a_guarded_django_task_gets_its_arguments_too():
+    from tests.handlers import tasks_api
+
+    schedule = schedule_create(
+        name="guarded-task",
+        handler=tasks_api.add,
+        cron=NEVER,
+        overlap="skip",
+        payload={"args": [4], "kwargs": {"b": 5}},
+    )
+    run = schedule_run_now(schedule_id=schedule.id)
+    start(claim(run))
+    assert Job.objects.get(id=run.job_id).result == 9

@@ -119,8 +119,19 @@ def _fire_rule(values: dict[str, Any]) -> dict[str, Any]:
     return {"cron": "", "every": _duration(every, MIN_EVERY, MAX_EVERY, ERR_EVERY)}
 
 
+def task_handler(handler: Any) -> Any:
+    """A Django `@task` (django_tasks' Task, declared on the TempoBackend) as the name its
+    jobs' handler is registered under (its dotted path); any other value unchanged. The
+    task's runner takes the job's payload as `{"args": [...], "kwargs": {...}}`."""
+    path = getattr(handler, "module_path", None)
+    if isinstance(path, str) and callable(getattr(handler, "enqueue", None)):
+        return path
+    return handler
+
+
 def validated_schedule(values: dict[str, Any]) -> dict[str, Any]:
     """Every field of a schedule checked (all of them given), as the model stores them."""
+    values = {**values, "handler": task_handler(values["handler"])}
     try:
         validated_handler(values["handler"])
         options = JobOptions.validated(**{name: values[name] for name in JOB_OPTIONS})
@@ -175,7 +186,11 @@ def schedule_create(
     concurrency_key: str = "",
 ) -> Schedule:
     """A schedule, planned at once up to the horizon. Its fire times start now (or at
-    `start_at`): none before its creation is caught up."""
+    `start_at`): none before its creation is caught up. `handler` is a registered
+    handler's name, or a Django `@task` (its payload then `{"args": [...], "kwargs":
+    {...}}`, by default none)."""
+    if payload is None and task_handler(handler) is not handler:
+        payload = {"args": [], "kwargs": {}}
     values = validated_schedule(
         {name: value for name, value in locals().items() if name in EDITABLE}
     )
