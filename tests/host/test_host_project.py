@@ -13,6 +13,7 @@ wheel, before them."""
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import json
 import os
 import shutil
@@ -78,8 +79,12 @@ def build_wheel(tmp_path: Path) -> Path:
         else:
             shutil.copy2(path, source / name)
     wheels = tmp_path / "wheels"
+    # Built with the installed setuptools where it can build wheels (it needs `wheel`
+    # below version 70.1); else pip builds in an isolated environment of its own.
+    offline = importlib.util.find_spec("wheel") is not None
     run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(source), "-w", str(wheels)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(source), "-w", str(wheels)]
+        + (["--no-build-isolation"] if offline else []),
         cwd=tmp_path,
         env=host_env(),
     )
@@ -206,14 +211,18 @@ def test_a_new_project_runs_tasks_and_handlers_on_tempo_from_the_wheel(host, tmp
     run([str(python), "manage.py", "migrate", "-v0"], cwd=project, env=host_env())
     checks = run([str(python), "manage.py", "check"], cwd=project, env=host_env(), stderr=True)
     worker_log, dispatcher_log = tmp_path / "worker.log", tmp_path / "dispatcher.log"
+    beat_log = tmp_path / "beat.log"
     worker = start(python, project, ["tempo_worker", "--queues", "default,reports"], worker_log)
     dispatcher = start(python, project, ["tempo_dispatcher"], dispatcher_log)
+    beat = start(python, project, ["tempo_beat"], beat_log)
     try:
         wait_for_line(worker_log, "ready.", worker)
         seen = json.loads(
             run([str(python), "drive.py"], cwd=project, env=host_env(), timeout=DRIVE_SECONDS)
         )
+        wait_for_line(beat_log, "beat: Starting...", beat)
     finally:
+        stop(beat)
         stop(dispatcher)
         stop(worker)
 
