@@ -1,0 +1,228 @@
+"""Member churn: deleting, deactivating and re-activating 30 % of a population.
+
+    python -m bench.planning.churn [--populations 200000 2000000] [--slices 24 1440]
+
+For each population and slice count, against a fresh database of its own (dropped at the
+end): members filled by set-based SQL (golden-ratio phases), a daily task whose first
+period, all slices of it, is planned ahead (one job per member), then 30 % of the members
+chosen at random:
+
+1. a sample deleted one at a time (`member_delete`), wall and CPU time per call;
+2. all of them deactivated, then activated again, then deleted, by the batch
+   (`member_deactivate_many`, `member_activate_many`, `member_delete_many`, --batch ids per
+   call), wall and CPU time of each pass; the jobs cancelled and restored are checked.
+
+Results: bench/results/planning-churn.json and the "Member churn" section of
+docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+from bench.common import ROOT, BenchDatabase, machine, table, write_json
+from bench.planning.__main__ import fill, postgres_version, reflow
+
+DOC = ROOT / "docs" / "BENCHMARKS.md"
+SECTION = "## Member churn (`bench/planning/churn.py`)"
+CHURN = 0.3
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--populations", type=int, nargs="+", default=[200_000, 2_000_000])
+    parser.add_argument("--slices", type=int, nargs="+", default=[24, 1440])
+    parser.add_argument("--batch", type=int, default=10_000, help="member ids per call")
+    parser.add_argument("--singles", type=int, default=300, help="members deleted one by one")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--no-doc", action="store_true", help="do not touch BENCHMARKS.md")
+    return parser.parse_args()
+
+
+def timed(call) -> tuple[float, float, object]:
+    """(wall seconds, CPU seconds of this process, result) of `call()`."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = call()
+    return time.perf_counter() - wall, time.process_time() - cpu, result
+
+
+def plan_period(slices: int) -> tuple[float, int]:
+    """A daily task starting in an hour, every slice of its first period planned."""
+    from tasksapp.recurring.services import recurring_task_create, slice_plan
+
+    now = datetime.now(UTC)
+    task = recurring_task_create(
+        name=f"churn-{slices}",
+        handler="tasksapp.recurring.handlers.sync_member",
+        period=timedelta(days=1),
+        slices=slices,
+        epoch=now + timedelta(hours=1),
+    )
+    began, jobs = time.perf_counter(), 0
+    for index in range(slices):
+        jobs += slice_plan(task=task, period=0, slice_index=index, now=now).jobs_planned
+    return time.perf_counter() - began, jobs
+
+
+def in_batches(action, ids: list[int], size: int):
+    from tasksapp.recurring.services import MemberBatch
+
+    members = jobs = 0
+    for start in range(0, len(ids), size):
+        done: MemberBatch = action(member_ids=ids[start : start + size])
+        members, jobs = members + done.members, jobs + done.jobs
+    return members, jobs
+
+
+def churn(population: int, slices: int, args) -> dict:
+    from django.db import connection
+
+    from tasksapp.engine.models import Job, JobState
+    from tasksapp.recurring.models import Member
+    from tasksapp.recurring.services import (
+        member_activate_many,
+        member_deactivate_many,
+        member_delete,
+        member_delete_many,
+    )
+
+    plan_s, jobs = plan_period(slices)
+    connection.cursor().execute("VACUUM ANALYZE")
+    print(f"  {population:,} members, {slices} slices: {jobs:,} jobs planned in {plan_s:.1f} s")
+    ids = list(Member.objects.values_list("id", flat=True))
+    chosen = random.Random(args.seed).sample(ids, round(population * CHURN))
+    singles, chosen = chosen[: args.singles], chosen[args.singles :]
+    wall, cpu, _ = timed(lambda: [member_delete(member=Member(id=i)) for i in singles])
+    single = {"calls": len(singles), "wall_ms": wall * 1000 / len(singles)}
+    single["cpu_ms"] = cpu * 1000 / len(singles)
+    print(f"  member_delete one by one: {single['wall_ms']:.2f} ms a call")
+    passes = []
+    left = len(singles)  # their jobs were cancelled one by one
+    for name, action, cancelled in (
+        ("member_deactivate_many", member_deactivate_many, left + len(chosen)),
+        ("member_activate_many", member_activate_many, left),
+        ("member_delete_many", member_delete_many, left + len(chosen)),
+    ):
+        wall, cpu, (members, moved) = timed(lambda a=action: in_batches(a, chosen, args.batch))
+        passes.append(
+            {"call": name, "members": members, "jobs": moved, "wall_s": wall, "cpu_s": cpu}
+        )
+        assert members == moved == len(chosen), (name, members, moved)
+        assert Job.objects.filter(state=JobState.CANCELLED).count() == cancelled, name
+        print(f"  {name}: {members:,} members, {moved:,} jobs in {wall:.2f} s (CPU {cpu:.2f} s)")
+    return {
+        "population": population,
+        "slices": slices,
+        "churned": len(chosen),
+        "plan_s": plan_s,
+        "single": single,
+        "passes": passes,
+    }
+
+
+def run(args) -> list[dict]:
+    runs = []
+    for population in sorted(args.populations):
+        for slices in args.slices:
+            with BenchDatabase("tempo_bench_churn") as db, db.connect() as conn:
+                os.environ["DATABASE_URL"] = db.url
+                os.environ.setdefault("DJANGO_SETTINGS_MODULE", "schedapp.settings")
+                import django
+                from django.db import connections
+
+                django.setup()
+                connections["default"].settings_dict["NAME"] = db.name
+                print(f"filling {population:,} members")
+                fill(conn, 0, population)
+                try:
+                    runs.append(churn(population, slices, args))
+                finally:
+                    connections.close_all()
+    return runs
+
+
+def render(args, data: dict) -> str:
+    rows = []
+    for r in data["runs"]:
+        passes = {p["call"]: p for p in r["passes"]}
+        delete = passes["member_delete_many"]
+        rows.append(
+            {
+                "members": f"{r['population']:,}",
+                "slices": r["slices"],
+                "churned (30 %)": f"{r['churned']:,}",
+                "one by one (ms/call)": r["single"]["wall_ms"],
+                "one by one, all (s, est.)": r["single"]["wall_ms"] * r["churned"] / 1000,
+                "deactivate_many (s)": passes["member_deactivate_many"]["wall_s"],
+                "activate_many (s)": passes["member_activate_many"]["wall_s"],
+                "delete_many (s)": delete["wall_s"],
+                "delete_many CPU (s)": delete["cpu_s"],
+                "per member (ms)": delete["wall_s"] * 1000 / r["churned"],
+            }
+        )
+    columns = list(rows[0]) if rows else []
+    m = data["machine"]
+    populations = " ".join(str(p) for p in args.populations)
+    slices = " ".join(str(s) for s in args.slices)
+    return f"""{SECTION}
+
+Command: `.venv/bin/python -m bench.planning.churn --populations {populations} --slices
+{slices} --batch {args.batch} --singles {args.singles}` (results in
+`bench/results/planning-churn.json`). Run on {data["date"]}, {m["cores"]} cores,
+{m["memory_gib"]} GiB, Python {m["python"]}, {data["postgres"]}; the machine was shared.
+
+Each population is filled by set-based SQL in a database of its own; a daily task starting
+in an hour has every slice of its first period planned (one waiting job per member). 30 %
+of the members, chosen at random, are then deactivated, activated again and deleted by the
+batch ({args.batch:,} ids per call; each call changes 5,000 ids per statement, their jobs
+included). Before that, {args.singles} others are deleted one call each (`member_delete`,
+a batch of one); "one by one, all" is that rate times the members churned. CPU is this
+process's (Python's) time; the rest is the database's.
+
+{table(rows, columns)}
+
+Each pass cancelled or restored exactly one job per member churned (checked). A batch
+statement finds a member's jobs through its slice in each grid (`sql.DELETE_MEMBERS`), so
+its cost follows the members and their jobs, not the slices planned; re-activation plans
+only the jobs still missing (here none: no slice was planned while the members were away).
+"""
+
+
+def update_doc(section: str) -> None:
+    text = DOC.read_text()
+    pattern = re.compile(re.escape(SECTION) + r".*?(?=\n## |\Z)", re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section.rstrip("\n") + "\n", text, count=1)
+    else:
+        text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
+    DOC.write_text(text)
+
+
+def main() -> None:
+    args = parse()
+    runs = run(args)
+    data = {
+        "command": " ".join(["python -m bench.planning.churn", *sys.argv[1:]]),
+        "postgres": postgres_version(),
+        "runs": runs,
+    }
+    path = write_json("planning-churn", data)
+    data = {
+        **data,
+        "date": datetime.now(UTC).strftime("%a %b %d %H:%M UTC %Y"),
+        "machine": machine(),
+    }
+    print(f"results: {path.relative_to(ROOT)}")
+    if not args.no_doc:
+        update_doc(reflow(render(args, data)))
+        print(f"updated: {DOC.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
