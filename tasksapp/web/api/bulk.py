@@ -8,7 +8,6 @@ from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from tasksapp.engine.services import (
     BULK_ACTIONS,
@@ -20,6 +19,7 @@ from tasksapp.engine.services import (
 from tasksapp.web.bulk import job_bulk_action_audited
 from tasksapp.web.models import OperatorAction
 
+from .base import TempoAPIView
 from .errors import field_errors
 from .serializers import JobCreateSerializer
 
@@ -84,7 +84,7 @@ def _valid(serializer_class, data):
     return serializer.validated_data
 
 
-class JobBulkActionView(APIView):
+class JobBulkActionView(TempoAPIView):
     @extend_schema(
         request=BulkActionSerializer,
         responses={
@@ -112,7 +112,7 @@ class JobBulkActionView(APIView):
         return Response(BulkResultSerializer(answer).data)
 
 
-class JobBulkCreateView(APIView):
+class JobBulkCreateView(TempoAPIView):
     @extend_schema(
         request=BulkCreateSerializer,
         responses={
