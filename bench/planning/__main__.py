@@ -30,7 +30,6 @@ from datetime import UTC, datetime, timedelta
 
 from bench.common import ROOT, BenchDatabase, machine, table, write_json
 from tasksapp.recurring import phases
-from tasksapp.recurring import sql as planning_sql
 
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 PLOT = ROOT / "docs" / "images" / "planning-load.png"
@@ -55,7 +54,9 @@ def parse() -> argparse.Namespace:
 
 
 def fill(conn, start: int, stop: int) -> dict:
-    """Members start..stop-1 in chunks, with a live progress line."""
+    """Members start..stop-1 in chunks, with a live progress line (Django set up)."""
+    from tasksapp.recurring import sql as planning_sql
+
     began = time.perf_counter()
     # The fill hands out ordinals itself: it takes the ones a deleted member freed, too.
     conn.execute("DELETE FROM tasksapp_freeordinal WHERE ordinal >= %s", [start])
