@@ -1,13 +1,5 @@
-from django.core.management.base import BaseCommand
+"""`manage.py dispatcher`: the former name of `manage.py tempo_dispatcher`."""
 
-from tasksapp.engine.dispatcher.loop import DispatcherLoop
+from tasksapp.management.commands.tempo_dispatcher import Command
 
-
-class Command(BaseCommand):
-    help = "Run one dispatcher instance (any number may run; stop with SIGTERM or SIGINT)."
-
-    def add_arguments(self, parser):
-        parser.add_argument("--name", help="Instance name (default: host:pid).")
-
-    def handle(self, *args, name=None, **options):
-        DispatcherLoop(name=name).run()
+__all__ = ["Command"]
