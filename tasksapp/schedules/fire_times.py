@@ -15,7 +15,9 @@ The planner, the dashboard and `schedule_fire_times` all read fire times from he
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
+import functools
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -125,7 +127,8 @@ class FireRule:
 
     def _cron(self, after: dt.datetime) -> Iterator[dt.datetime]:
         wall = after.astimezone(self.zone).replace(tzinfo=None)
-        walls = croniter(self.cron, wall, second_at_beginning=True)
+        walls = copy.copy(_parsed(self.cron))  # parsing costs ten times a match
+        walls.set_current(wall, force=True)
         last = after
         while True:
             fire = wall_instant(walls.get_next(dt.datetime), self.zone)
@@ -134,6 +137,12 @@ class FireRule:
             if fire > last:
                 last = fire
                 yield fire
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(cron: str) -> croniter:
+    """The expression parsed once per process: each use iterates a shallow copy."""
+    return croniter(cron, dt.datetime(2000, 1, 1), second_at_beginning=True)
 
 
 def fires_between(

@@ -35,10 +35,10 @@ from tasksapp.schedules.models import (
     Overlap,
     RunOutcome,
     Schedule,
-    ScheduleRun,
 )
 from tasksapp.schedules.selectors import schedule_rule
 from tasksapp.schedules.settings import schedule_settings
+from tasksapp.schedules.store import NewRun, insert_runs
 
 
 @dataclass(frozen=True)
@@ -153,8 +153,9 @@ def _plan_batch(batch: list[Schedule], *, now: dt.datetime, summary: PlanSummary
     config = schedule_settings()
     until = now + dt.timedelta(seconds=config.horizon_seconds)
     grace = dt.timedelta(seconds=config.late_grace_seconds)
-    runs: list[ScheduleRun] = []
+    runs: list[NewRun] = []
     jobs: list[NewJob] = []
+    keys: list[str | None] = []  # each run's job key (None: no job)
     for schedule in batch:
         plan = fires_decided(
             rule=schedule_rule(schedule=schedule),
@@ -169,45 +170,40 @@ def _plan_batch(batch: list[Schedule], *, now: dt.datetime, summary: PlanSummary
             limit=config.fires_per_pass,
         )
         for decision in plan.decisions:
-            run = ScheduleRun(
-                schedule=schedule,
-                fire_at=decision.fire,
-                run_at=decision.run_at,
-                outcome=decision.outcome,
-                details=decision.details,
-            )
-            runs.append(run)
-            if decision.run_at is not None:
-                key = fire_job_key(schedule_id=schedule.id, fire=decision.fire)
-                jobs.append(
-                    schedule_job(
-                        schedule=schedule, fire=decision.fire, run_at=decision.run_at, key=key
-                    )
-                )
-                run.details = {**run.details, "key": key}
+            fire, run_at = decision.fire, decision.run_at
+            runs.append(NewRun(schedule.id, fire, run_at, decision.outcome, decision.details))
+            key = None
+            if run_at is not None:
+                key = fire_job_key(schedule_id=schedule.id, fire=fire)
+                jobs.append(schedule_job(schedule=schedule, fire=fire, run_at=run_at, key=key))
+            keys.append(key)
             summary.caught_up += decision.outcome == RunOutcome.CAUGHT_UP
             summary.skipped += decision.outcome == RunOutcome.SKIPPED_MISSED
         schedule.planned_until = max(plan.planned_until, schedule.planned_until)
-    _insert(jobs, runs, summary)
-    Schedule.objects.bulk_update(batch, ["planned_until"])
+    ids = _insert_jobs(jobs, summary)
+    for run, key in zip(runs, keys, strict=True):
+        run.job_id = ids.get(key) if key is not None else None
+    insert_runs(runs)
+    by_value: dict[dt.datetime, list[int]] = {}
+    for schedule in batch:  # most share one value (now + horizon): one UPDATE each
+        by_value.setdefault(schedule.planned_until, []).append(schedule.id)
+    for planned_until, ids_planned in by_value.items():
+        Schedule.objects.filter(id__in=ids_planned).update(planned_until=planned_until)
     summary.schedules += len(batch)
 
 
-def _insert(jobs: list[NewJob], runs: list[ScheduleRun], summary: PlanSummary) -> None:
-    ids: dict[str, int] = {}
-    if jobs:
-        inserted = job_store().insert_jobs(jobs)
-        summary.jobs += len(inserted)
-        ids = {row.idempotency_key: row.id for row in inserted}
-        taken = [job.idempotency_key for job in jobs if job.idempotency_key not in ids]
-        if taken:  # planned before (a racing planner): the job that holds the key
-            ids.update(
-                Job.objects.filter(idempotency_key__in=taken).values_list("idempotency_key", "id")
-            )
-    for run in runs:
-        key = run.details.pop("key", None)
-        run.job_id = ids.get(key) if key else None
-    ScheduleRun.objects.bulk_create(runs, ignore_conflicts=True)
+def _insert_jobs(jobs: list[NewJob], summary: PlanSummary) -> dict[str, int]:
+    """Insert the jobs in one statement; the id of each key, inserted or held already."""
+    if not jobs:
+        return {}
+    inserted = job_store().insert_jobs(jobs)
+    summary.jobs += len(inserted)
+    ids = {row.idempotency_key: row.id for row in inserted}
+    taken = [job.idempotency_key for job in jobs if job.idempotency_key not in ids]
+    if taken:  # planned before (a racing planner): the job that holds the key
+        held = Job.objects.filter(idempotency_key__in=taken).values_list("idempotency_key", "id")
+        ids.update(held)
+    return ids
 
 
 def _due(until: dt.datetime):
