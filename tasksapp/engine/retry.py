@@ -2,8 +2,9 @@
 
 A policy is a small JSON-able dict stored on the job:
 
-- explicit delays: ``{"delays": [1, 2, 5, 10, 20]}`` — attempt n waits delays[n-1]
-  (the last delay repeats if attempts remain);
+- explicit delays: ``{"delays": [1, 2, 5, 10, 20], "jitter": 2}`` — attempt n waits
+  ``delays[n-1] + uniform(0, jitter)`` (the last delay repeats if attempts remain; jitter
+  is optional, 0 by default). No ``cap``: the list's largest delay is its cap;
 - exponential: ``{"base": 1.0, "factor": 2.0, "jitter": 0.5, "cap": 300}`` — attempt n
   waits ``min(cap, base * factor ** (n - 1)) + uniform(0, jitter)``.
 """
@@ -34,6 +35,10 @@ ERR_POLICY_NUMBER = (
 )
 ERR_POLICY_FACTOR = "retry_policy.factor must be a number between 1 and 100."
 ERR_POLICY_UNKNOWN = "retry_policy has unknown keys: {keys}."
+ERR_POLICY_DELAYS_CAP = (
+    "retry_policy.cap bounds an exponential policy ('base'); a delays list takes 'delays'"
+    " and 'jitter' only: its largest delay is its cap."
+)
 
 
 class RetryPolicyError(ValueError):
@@ -65,18 +70,7 @@ def validate_policy(policy: Any) -> dict[str, Any]:
     if not isinstance(policy, Mapping):
         raise RetryPolicyError(ERR_POLICY_TYPE)
     if "delays" in policy:
-        unknown = set(policy) - {"delays"}
-        if unknown:
-            raise RetryPolicyError(ERR_POLICY_UNKNOWN.format(keys=", ".join(sorted(unknown))))
-        delays = policy["delays"]
-        valid = (
-            isinstance(delays, list)
-            and 0 < len(delays) <= MAX_DELAYS
-            and all(_is_seconds(d) for d in delays)
-        )
-        if not valid:
-            raise RetryPolicyError(ERR_POLICY_DELAYS)
-        return {"delays": [float(d) for d in delays]}
+        return _validated_delays(policy)
     if "base" not in policy:
         raise RetryPolicyError(ERR_POLICY_TYPE)
     unknown = set(policy) - {"base", "factor", "jitter", "cap"}
@@ -91,6 +85,26 @@ def validate_policy(policy: Any) -> dict[str, Any]:
         "jitter": _number(policy, "jitter", 0.0),
         "cap": _number(policy, "cap", 3600.0),
     }
+
+
+def _validated_delays(policy: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = set(policy) - {"delays", "jitter"}
+    if unknown == {"cap"}:
+        raise RetryPolicyError(ERR_POLICY_DELAYS_CAP)
+    if unknown:
+        raise RetryPolicyError(ERR_POLICY_UNKNOWN.format(keys=", ".join(sorted(unknown))))
+    delays = policy["delays"]
+    valid = (
+        isinstance(delays, list)
+        and 0 < len(delays) <= MAX_DELAYS
+        and all(_is_seconds(d) for d in delays)
+    )
+    if not valid:
+        raise RetryPolicyError(ERR_POLICY_DELAYS)
+    normalised: dict[str, Any] = {"delays": [float(d) for d in delays]}
+    if "jitter" in policy:
+        normalised["jitter"] = _number(policy, "jitter", 0.0)
+    return normalised
 
 
 def base_delay(policy: Mapping[str, Any], attempt: int) -> float:

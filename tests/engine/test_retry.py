@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from tasksapp.engine.retry import (
     DEFAULT_POLICY,
     ERR_POLICY_DELAYS,
+    ERR_POLICY_DELAYS_CAP,
     ERR_POLICY_FACTOR,
     ERR_POLICY_NUMBER,
     ERR_POLICY_TYPE,
@@ -145,6 +146,46 @@ def test_decide_with_explicit_delays():
     policy = validate_policy(DELAYS)
     decisions = [decide(policy, attempt=n, max_attempts=8) for n in range(1, 8)]
     assert decisions == [RetryDecision(retry=True, delay=d) for d in [1, 2, 5, 10, 20, 20, 20]]
+
+
+def test_delays_take_a_jitter_validated_and_normalised():
+    policy = validate_policy({"delays": [1, 2, 5, 10, 20], "jitter": 3})
+    assert policy == {"delays": [1.0, 2.0, 5.0, 10.0, 20.0], "jitter": 3.0}
+    assert validate_policy({"delays": [1], "jitter": 0}) == {"delays": [1.0], "jitter": 0.0}
+
+
+@pytest.mark.parametrize("jitter", [-1, "2", None, True, float("nan"), 2_592_001, [1]])
+def test_a_bad_jitter_of_delays_is_refused(jitter):
+    assert error_of({"delays": [1, 2], "jitter": jitter}) == ERR_POLICY_NUMBER.format(
+        field="jitter"
+    )
+
+
+def test_delays_refuse_a_cap_and_say_why():
+    assert error_of({"delays": [1, 2, 5], "jitter": 1, "cap": 4}) == ERR_POLICY_DELAYS_CAP
+    assert "largest delay is its cap" in ERR_POLICY_DELAYS_CAP
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_each_delay_gets_its_jitter_within_bounds(seed):
+    policy = validate_policy({"delays": [1, 2, 5, 10, 20], "jitter": 2})
+    rng, again = random.Random(seed), random.Random(seed)
+    for attempt, delay in zip(range(1, 9), [1, 2, 5, 10, 20, 20, 20, 20], strict=True):
+        decision = decide(policy, attempt=attempt, max_attempts=10, rng=rng)
+        assert decision == RetryDecision(True, delay + again.uniform(0, 2))
+        assert delay <= decision.delay <= delay + 2
+
+
+def test_delays_with_jitter_spread_retries_apart():
+    policy = validate_policy({"delays": [5], "jitter": 4})
+    rng = random.Random(3)
+    waits = [decide(policy, attempt=1, max_attempts=2, rng=rng).delay for _ in range(200)]
+    assert min(waits) >= 5 and max(waits) <= 9 and max(waits) - min(waits) > 3
+
+
+def test_the_worst_case_of_delays_counts_their_jitter():
+    policy = validate_policy({"delays": [1, 2, 5], "jitter": 10})
+    assert worst_case_seconds(policy, max_attempts=4) == 1 + 2 + 5 + 3 * 10
 
 
 @pytest.mark.parametrize("policy", [DELAYS, DEFAULT_POLICY])
