@@ -16,9 +16,11 @@ from tasksapp.engine.transitions import (
     TRACEBACK_CUT,
     TRACEBACK_MAX_CHARS,
     job_claim_due,
+    job_fail,
+    job_start,
     traceback_tail,
 )
-from tasksapp.engine.worker.executor import TRACEBACK_FRAMES, execute_batch
+from tasksapp.engine.worker.executor import STACK_AT_LIMIT, TRACEBACK_FRAMES, execute_batch
 from tests.factories import JobFactory
 from tests.web.dashboard.fixtures import (  # noqa: F401 - fixtures
     roles,
@@ -130,15 +132,29 @@ def test_the_worker_logs_the_failure_with_its_traceback(caplog):
     assert job.errors[0]["traceback"].rstrip("\n") in message
 
 
-def test_a_time_limit_has_no_traceback():
+def test_a_time_limit_keeps_the_stack_where_the_handler_was():
     job = JobFactory(
         handler="tests.handlers.recording.record_slowly",
-        payload={"seconds": 0.2},
+        payload={"seconds": 0.5},
         time_limit=0.05,
         max_attempts=1,
     )
     job = _run(job)
     assert job.state == JobState.DEAD
+    (entry,) = job.errors
+    assert entry["kind"] == "time_limit" and "still running" in entry["error"]
+    stack = entry["traceback"]
+    assert stack.startswith(STACK_AT_LIMIT)
+    assert stack.count('  File "') <= TRACEBACK_FRAMES
+    assert "in record_slowly" in stack and "time.sleep" in stack
+
+
+def test_a_failure_without_an_exception_has_no_traceback():
+    job = JobFactory(handler="tests.handlers.recording.noop", max_attempts=1)
+    (claim,) = job_claim_due(ids=[job.id], owner="d", ttl=10)
+    (started,) = job_start(claims=[(claim.id, claim.token)], worker="w", ttl=10)
+    assert job_fail(job_id=job.id, token=started.token, error="gone", kind="x", retry_in=None)
+    job.refresh_from_db()
     assert "traceback" not in job.errors[0]
 
 

@@ -16,6 +16,7 @@ import functools
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -82,6 +83,7 @@ ERR_TIME_LIMIT = "time limit of {limit:g} s exceeded ({elapsed:.1f} s)"
 ERR_UNREADABLE = "{kind} (its message could not be read)"
 ERROR_TEXT_CHARS = 2000
 TRACEBACK_FRAMES = 50  # of a failed attempt's traceback, the innermost kept
+STACK_AT_LIMIT = "Stack at the time limit (most recent call last):\n"
 # Raised into the worker by Celery's own signal handlers (a cold shutdown): the attempt
 # is recorded as failed and the exception goes on, so the worker still stops.
 WORKER_EXITS = (WorkerShutdown, WorkerTerminate)
@@ -405,13 +407,17 @@ class LeaseKeeper:
         template = ERR_TIME_LIMIT_ENDED if self.ends_process else ERR_TIME_LIMIT_STUCK
         margin = TIME_LIMIT_RETRY_MARGIN_S if self.ends_process else 0.0
         for held in overdue:
-            log.error("job %s: time limit of %g s exceeded", held.job.id, held.limit)
+            stack = _stack_of(held.thread)
+            log.error(
+                "job %s: time limit of %g s exceeded%s", held.job.id, held.limit, _logged(stack)
+            )
             _record_failure(
                 held.job,
                 template.format(limit=held.limit),
                 kind="time_limit",
                 began_ms=held.began_ms,
                 min_retry_in=margin,
+                trace=stack,
             )
         if not self.ends_process:
             return
@@ -743,6 +749,17 @@ def _traceback_of(exc: BaseException) -> str | None:
     except Exception:  # noqa: BLE001 - a hostile exception: its error entry says enough
         return None
     return safe_text(traceback_tail("".join(lines)), max_chars=TRACEBACK_MAX_CHARS)
+
+
+def _stack_of(thread: int | None) -> str | None:
+    """Where a handler's thread is now (its innermost TRACEBACK_FRAMES frames), as the
+    traceback of an attempt ended at its time limit; None if the thread has ended."""
+    frame = None if thread is None else sys._current_frames().get(thread)
+    if frame is None:
+        return None
+    lines = traceback.format_stack(frame, limit=TRACEBACK_FRAMES)
+    text = STACK_AT_LIMIT + "".join(lines)
+    return safe_text(traceback_tail(text), max_chars=TRACEBACK_MAX_CHARS)
 
 
 def _logged(trace: str | None) -> str:
