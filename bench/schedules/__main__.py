@@ -8,10 +8,11 @@ their fire times.
    pass (every fire within the 300 s horizon), a steady pass a minute later (the beat's
    every-minute run), an idle pass (nothing due), and the pure fire-time computation of
    every schedule's next hour, timed.
-2. Fire-time precision (2 dispatchers, 1 worker, threads pool 8): schedules firing every
-   5 s (6-field cron, mixed zones), planned ahead by the same planner; the start lag of
-   each run is `started_at − fire time` in database time (started_at: when the handler
-   began).
+2. Fire-time precision (2 dispatchers, 1 worker, threads pool 8): M schedules firing
+   every 5 s at staggered instants (M / 5 runs a second, evenly spread) and 20 on a
+   6-field cron in five zones firing together, planned ahead by the same planner (run
+   every 20 s here); the start lag of each run is `started_at − fire time` in database
+   time (started_at: when the handler began).
 """
 
 from __future__ import annotations
@@ -65,6 +66,40 @@ def unplanned(count: int, *, now: dt.datetime, mix=MIX, prefix: str = "s") -> No
             )
         start += size
     Schedule.objects.bulk_create(rows, batch_size=2000)
+
+
+def staggered(count: int, *, now: dt.datetime) -> None:
+    """`count` schedules firing every 5 s, their fire times spread evenly over the 5 s
+    (elapsed intervals, staggered starts), and 20 more on a 6-field cron in five zones
+    that all fire at each fifth second together."""
+    from tasksapp.schedules.models import Schedule
+
+    step = dt.timedelta(seconds=5) / count
+    rows = [
+        Schedule(
+            name=f"p{i}",
+            handler=NOOP,
+            every=dt.timedelta(seconds=5),
+            start_at=now + i * step,
+            delivery="at_least_once",
+            planned_until=now,
+            created_at=now,
+        )
+        for i in range(count)
+    ]
+    rows += [
+        Schedule(
+            name=f"c{i}",
+            handler=NOOP,
+            cron="*/5 * * * * *",
+            timezone=ZONES[i % len(ZONES)],
+            delivery="at_least_once",
+            planned_until=now,
+            created_at=now,
+        )
+        for i in range(20)
+    ]
+    Schedule.objects.bulk_create(rows)
 
 
 def timed(call) -> tuple[float, object]:
@@ -151,8 +186,9 @@ def precision(db, count: int, seconds: float) -> dict:
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT extract(epoch FROM j.started_at - r.fire_at) * 1000,"
-                " extract(epoch FROM j.claimed_at - r.fire_at) * 1000"
+                " extract(epoch FROM j.claimed_at - r.fire_at) * 1000, s.cron <> ''"
                 " FROM tasksapp_schedulerun r JOIN tasksapp_job j ON j.id = r.job_id"
+                " JOIN tasksapp_schedule s ON s.id = r.schedule_id"
                 " WHERE j.state = 'succeeded' AND r.fire_at < clock_timestamp() - interval '5 s'"
             )
             found = cursor.fetchall()
@@ -169,6 +205,8 @@ def precision(db, count: int, seconds: float) -> dict:
         cluster.stop()
     return {
         "start_lag_ms": summary([float(r[0]) for r in found]),
+        "start_lag_ms_interval": summary([float(r[0]) for r in found if not r[2]]),
+        "start_lag_ms_cron": summary([float(r[0]) for r in found if r[2]]),
         "claim_lag_ms": summary([float(r[1]) for r in found]),
         "due_not_run": not_run,
         "duplicate_fires": duplicates,
@@ -188,7 +226,13 @@ def main() -> None:
         if not args.skip_precision:
             result["precision"] = precision(db, args.precision_schedules, args.seconds)
             p = result["precision"]
-            rows = [{"measure": k, **p[k]} for k in ("start_lag_ms", "claim_lag_ms")]
+            measures = (
+                "start_lag_ms",
+                "start_lag_ms_interval",
+                "start_lag_ms_cron",
+                "claim_lag_ms",
+            )
+            rows = [{"measure": k, **p[k]} for k in measures]
             print(table(rows, ["measure", "n", "p50", "p95", "p99", "max", "avg"]))
             print(
                 f"due but not run: {p['due_not_run']}, duplicate fires: {p['duplicate_fires']},"

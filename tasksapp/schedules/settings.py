@@ -23,6 +23,9 @@ class ScheduleSettings:
     fires_per_pass: int = 1000
     # Schedules planned per transaction.
     batch_size: int = 500
+    # Runs decided longer ago are removed by the planner's beat task (their jobs are
+    # retention's).
+    runs_kept_days: float = 30.0
 
     @classmethod
     def load(cls) -> ScheduleSettings:
@@ -33,6 +36,7 @@ class ScheduleSettings:
             late_grace_seconds=float(raw.get("LATE_GRACE_SECONDS", defaults.late_grace_seconds)),
             fires_per_pass=int(raw.get("FIRES_PER_PASS", defaults.fires_per_pass)),
             batch_size=int(raw.get("BATCH_SIZE", defaults.batch_size)),
+            runs_kept_days=float(raw.get("RUNS_KEPT_DAYS", defaults.runs_kept_days)),
         )
 
 

@@ -239,3 +239,17 @@ def test_a_taken_name_is_refused_and_an_edit_of_it_changes_nothing():
         schedule_update(schedule_id=other.id, name="a", cron="7 * * * *")
     other.refresh_from_db()
     assert (other.name, other.cron) == ("b", "0 * * * *")
+
+
+def test_the_beat_task_plans_and_removes_runs_past_their_age(settings):
+    from tasksapp.schedules.tasks import plan_schedules_task
+
+    settings.TEMPO_SCHEDULES = {"HORIZON_SECONDS": 600, "RUNS_KEPT_DAYS": 1}
+    with time_machine.travel(utc(2026, 6, 1, 12), tick=False):
+        old = schedule_create(name="old", handler=HANDLER, cron="*/5 * * * *")
+    ScheduleRun.objects.filter(schedule=old).update(decided_at=utc(2026, 5, 30))
+    kept = len(runs_of(old))
+    with time_machine.travel(utc(2026, 6, 1, 12, 1), tick=False):
+        result = plan_schedules_task()
+    assert result["runs_removed"] == kept == 2 and result["schedules"] == 1
+    assert all(run.decided_at > utc(2026, 5, 31) for run in runs_of(old))

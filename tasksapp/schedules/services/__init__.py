@@ -3,7 +3,13 @@ times into jobs ahead of time; the overlap policy checked when a run starts. Bad
 raises ScheduleInputError and stores nothing."""
 
 from .errors import ScheduleInputError
-from .planner import PlanSummary, fire_job_key, schedule_plan, schedules_plan_due
+from .planner import (
+    PlanSummary,
+    fire_job_key,
+    schedule_plan,
+    schedule_runs_prune,
+    schedules_plan_due,
+)
 from .runs import OverlapDecision, schedule_overlap_check
 from .schedules import (
     EDITABLE,
@@ -28,6 +34,7 @@ __all__ = [
     "schedule_plan",
     "schedule_resume",
     "schedule_run_now",
+    "schedule_runs_prune",
     "schedule_update",
     "schedules_plan_due",
 ]

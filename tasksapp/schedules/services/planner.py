@@ -35,6 +35,7 @@ from tasksapp.schedules.models import (
     Overlap,
     RunOutcome,
     Schedule,
+    ScheduleRun,
 )
 from tasksapp.schedules.selectors import schedule_rule
 from tasksapp.schedules.settings import schedule_settings
@@ -245,3 +246,23 @@ def schedule_plan(*, schedule_id: int, now: dt.datetime | None = None) -> PlanSu
             if schedule is None:
                 return summary
             _plan_batch([schedule], now=now, summary=summary)
+
+
+PRUNE_BATCH = 5000
+
+
+def schedule_runs_prune(*, now: dt.datetime | None = None, batches: int = 20) -> int:
+    """Remove runs decided more than RUNS_KEPT_DAYS ago, in batches; how many."""
+    now = now or timezone.now()
+    before = now - dt.timedelta(days=schedule_settings().runs_kept_days)
+    removed = 0
+    for _ in range(batches):
+        ids = list(
+            ScheduleRun.objects.filter(decided_at__lt=before).values_list("id", flat=True)[
+                :PRUNE_BATCH
+            ]
+        )
+        if not ids:
+            break
+        removed += ScheduleRun.objects.filter(id__in=ids).delete()[0]
+    return removed
