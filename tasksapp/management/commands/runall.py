@@ -1,6 +1,9 @@
 """Run the whole service from one terminal: migrate, make sure an admin user exists, load
 the demo jobs, then run web, dispatcher, worker and beat as child processes until
-SIGINT/SIGTERM (forwarded to each child) or until one of them exits by itself."""
+SIGINT/SIGTERM (forwarded to each child) or until one of them exits by itself.
+
+A generated admin password is printed when it is made and again once everything runs, and
+kept in `<data dir>/admin-password`, readable by its owner only."""
 
 from __future__ import annotations
 
@@ -26,6 +29,15 @@ STOP_TIMEOUT_SECONDS = 30
 ANNOUNCE_AFTER_SECONDS = 5.0  # print the URL below the start-up banners of the children
 ERR_PORT_IN_USE = "port {port} is already in use: stop what runs there or pass --port"
 ERR_CHILD_EXITED = "{name} exited unexpectedly (code {code}); the other processes were stopped"
+PASSWORD_FILE = "admin-password"  # in settings.DATA_DIR, mode 0600
+RESET_HINT = "change it: ./bin/manage changepassword admin"
+# The embedded worker runs handlers in threads (one process tree); a thread cannot be
+# stopped from outside (docs/decisions/0013-time-limits-by-watchdog.md).
+THREADS_NOTE = (
+    "  worker: threads pool. A handler past its time limit is recorded as failed, but its\n"
+    "  thread runs on until the handler returns; for handlers that may hang, run prefork\n"
+    "  workers (docker compose), which end them."
+)
 
 
 def child_commands(*, port: int) -> dict[str, list[str]]:
@@ -38,6 +50,14 @@ def child_commands(*, port: int) -> dict[str, list[str]]:
         "worker": [*celery, *f"worker -Q {queue} -P threads -c 4 --loglevel=INFO".split()],
         "beat": [*celery, *f"beat --loglevel=INFO --scheduler {BEAT_SCHEDULER}".split()],
     }
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to `path`, readable and writable by its owner only (0600)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(out.fileno(), 0o600)  # a file there before keeps its mode otherwise
+        out.write(text + "\n")
 
 
 def port_open(port: int) -> bool:
@@ -84,16 +104,23 @@ class Command(BaseCommand):
                 Path(options[key]).mkdir(parents=True, exist_ok=True)
 
     def _ensure_admin(self) -> str:
-        """Create superuser `admin` if there is no superuser; return how to log in."""
+        """Create superuser `admin` if there is no superuser; return how to log in. A
+        generated password is also written to PASSWORD_FILE and printed at once."""
         users = get_user_model().objects
+        kept = Path(settings.DATA_DIR) / PASSWORD_FILE
         if users.filter(is_superuser=True).exists():
-            return "an admin user exists already (reset: manage.py changepassword admin)"
+            if kept.exists():
+                return f"user admin, password as generated in {kept} ({RESET_HINT})"
+            return f"an admin user exists already ({RESET_HINT})"
         given = os.environ.get("TEMPO_ADMIN_PASSWORD")
         password = given or secrets.token_urlsafe(12)
         users.create_superuser(username="admin", email="", password=password)
         if given:
             return "user admin, password from TEMPO_ADMIN_PASSWORD"
-        return f"user admin, password {password}  (generated, shown only this once)"
+        write_private(kept, password)
+        login = f"user admin, password {password}  (generated; kept in {kept})"
+        self.stdout.write(f"admin login: {login}")
+        return login
 
     def _on_signal(self, signum, frame) -> None:
         self.signum = signum
@@ -120,7 +147,7 @@ class Command(BaseCommand):
             if not announced and settled and port_open(port):
                 announced = True
                 self.stdout.write(self.style.SUCCESS(f"\nTempo runs at http://127.0.0.1:{port}/"))
-                self.stdout.write(f"  admin login: {login}\n  stop with Ctrl-C\n")
+                self.stdout.write(f"  admin login: {login}\n{THREADS_NOTE}\n  stop with Ctrl-C\n")
                 self.stdout.flush()
             time.sleep(0.2)
         return None
