@@ -40,7 +40,12 @@ def secret_key_weakness(key: str) -> str | None:
 if DEBUG or EMBEDDED:
     SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="insecure-development-only-key")
 else:
-    SECRET_KEY = env.str("DJANGO_SECRET_KEY")  # no default: fail fast in production
+    SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")  # no default: fail fast in production
+    if not SECRET_KEY:
+        raise ImproperlyConfigured(
+            "Set the DJANGO_SECRET_KEY environment variable. On the data of ./bin/run (the"
+            " embedded set-up), run manage.py commands as ./bin/manage <command>."
+        )
     # A test run (pytest) may use a throwaway key; the processes it starts may not.
     if (weakness := secret_key_weakness(SECRET_KEY)) and "pytest" not in sys.modules:
         raise ImproperlyConfigured(
