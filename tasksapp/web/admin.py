@@ -195,6 +195,25 @@ def _operator_action(service, description: str, done: str, **ids: Callable[[Any]
     return action
 
 
+# The lookups Django's field filters put in a list's address (`state__exact`,
+# `revoked_at__isempty`, `task__id__exact`, a date's `__gte` and `__lt`).
+FILTER_LOOKUPS = {"exact", "isnull", "isempty", "id__exact", "gte", "lt"}
+
+
+class DeclaredFiltersAdmin(admin.ModelAdmin):
+    """A list's address filters by its declared filters (list_filter) only. Django's
+    admin takes any lookup on a model's own fields from the address: `?payload__icontains=`
+    reads every payload, `?handler__regex=[` is a database error. Any other is refused
+    with 400 (DisallowedModelAdminLookup)."""
+
+    def lookup_allowed(self, lookup, value, request=None) -> bool:
+        field, _, suffix = lookup.partition("__")
+        declared = {spec if isinstance(spec, str) else spec[0] for spec in self.list_filter}
+        if field not in declared or suffix not in FILTER_LOOKUPS:
+            return False
+        return super().lookup_allowed(lookup, value, request)
+
+
 def _pk(obj) -> int:
     return obj.pk
 
@@ -207,7 +226,7 @@ def _same(obj):
     return obj
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(DeclaredFiltersAdmin):
     """Rows written by the engine's processes: look, never touch."""
 
     def has_add_permission(self, request) -> bool:
@@ -281,7 +300,7 @@ class JobScheduleForm(RoutingDefaults, forms.ModelForm):
 
 
 @admin.register(Job)
-class JobAdmin(OperateMixin, admin.ModelAdmin):
+class JobAdmin(OperateMixin, DeclaredFiltersAdmin):
     """Jobs are added through job_schedule and changed only by the engine and the audited
     actions (retry, cancel, run now): a stored job's page is read-only, and jobs are not
     deleted by hand (cancel them)."""
@@ -351,7 +370,7 @@ class MemberForm(forms.ModelForm):
 
 
 @admin.register(Member)
-class MemberAdmin(OperateMixin, admin.ModelAdmin):
+class MemberAdmin(OperateMixin, DeclaredFiltersAdmin):
     form = MemberForm
     list_display = ["external_id", "ordinal", "phase", "active", "created_at"]
     list_filter = ["active"]
@@ -453,7 +472,7 @@ class RecurringTaskForm(RoutingDefaults, forms.ModelForm):
 
 
 @admin.register(RecurringTask)
-class RecurringTaskAdmin(OperateMixin, admin.ModelAdmin):
+class RecurringTaskAdmin(OperateMixin, DeclaredFiltersAdmin):
     form = RecurringTaskForm
     formfield_overrides = {models.JSONField: {"form_class": GuardedJSONField}}
     list_display = ["name", "handler", "period", "slices", "active", "next_from", "dashboard"]
@@ -538,7 +557,7 @@ class JobQueueForm(forms.ModelForm):
 
 
 @admin.register(JobQueue)
-class JobQueueAdmin(OperateMixin, admin.ModelAdmin):
+class JobQueueAdmin(OperateMixin, DeclaredFiltersAdmin):
     """Queues: pause, resume and limits, each change through the audited service."""
 
     form = JobQueueForm
@@ -600,7 +619,7 @@ class RoutingModeForm(forms.ModelForm):
 
 
 @admin.register(RoutingMode)
-class RoutingModeAdmin(OperateMixin, admin.ModelAdmin):
+class RoutingModeAdmin(OperateMixin, DeclaredFiltersAdmin):
     """The routing mode's one row: degraded on or off, through the audited services."""
 
     form = RoutingModeForm

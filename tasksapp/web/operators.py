@@ -9,16 +9,26 @@ A mutating request refused for want of a role (a viewer's retry, an API write by
 in no group, an admin action the user may not take) changes nothing and is recorded by
 `operator_refusal_record` as `denied:<action>`, when the user is logged in. Anonymous
 requests are not recorded: they are refused before anything runs (login page, 401), so
-recording them would let anyone grow the table; throttling bounds them instead.
+recording them would let anyone grow the table; throttling bounds them instead. A user's
+refusals are recorded up to REFUSALS_RECORDED_PER_MINUTE a minute; the ones past that
+are counted (in the cache) and the count is on the user's next recorded refusal
+(`unrecorded_before`), so a client retrying in a loop cannot grow the table either.
+
+Every row names its target: a refusal with no object in its URL names the URL
+(`target_type` "url"). An action taken with an API token records which one
+(`details["token"]`: its id and key prefix; see `acting_token`).
 """
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import logging
+import time
 from typing import Any
 
 from django.contrib.auth.models import Group, Permission
+from django.core.cache import cache
 from django.db import transaction
 from django.views.decorators.debug import sensitive_variables
 
@@ -66,8 +76,22 @@ ROLES = {
 ERR_NOT_OPERATOR = "only operators may do this: {user} is not in the operator group."
 ERR_TASK_NOT_FOUND = "recurring task {task_id} does not exist."
 ERR_NOT_A_GRAPH = "job {job_id} belongs to no graph."
+ERR_AUDIT_TARGET = "an audit record needs a target type and a target id."
+ERR_TOKEN_NOT_YOURS = "API token {token} belongs to {owner}: only a superuser may revoke it."
+ERR_TOKEN_FOR_OTHER = "user: only a superuser may create a token for another user ({owner})."
 DENIED = "denied:"  # the action prefix of a refused attempt
 REFUSAL_PATH_MAX = 500
+TARGET_URL = "url"  # the target type of a refusal with no object in its URL
+# A user's refused attempts recorded a minute at most; the others are counted.
+REFUSALS_RECORDED_PER_MINUTE = 10
+REFUSAL_COUNT_KEY = "tempo:refusals:{user}:{minute}"
+REFUSALS_UNRECORDED_KEY = "tempo:refusals-unrecorded:{user}"
+REFUSALS_UNRECORDED_TTL = 7 * 24 * 3600
+# The API token the current request authenticated with (None: a session, a command).
+# Set by the API's views for the length of one request (tasksapp/web/api/views.py).
+acting_token: contextvars.ContextVar[ApiToken | None] = contextvars.ContextVar(
+    "acting_token", default=None
+)
 
 logger = logging.getLogger(__name__)
 
@@ -100,15 +124,24 @@ def operator_action_record(
     details: dict | None = None,
     username: str | None = None,
 ) -> OperatorAction:
-    """One audit row. `username` defaults to the user's (a command passes its own)."""
+    """One audit row. `username` defaults to the user's (a command passes its own). An
+    action taken with an API token names it (`details["token"]`). A row without a
+    target is refused (ValueError): every row can be shown and linked."""
+    target_id = "" if target_id is None else str(target_id)
+    if not target_type or not target_id:
+        raise ValueError(ERR_AUDIT_TARGET)
+    details = dict(details or {})
+    token = acting_token.get()
+    if token is not None:
+        details.setdefault("token", {"id": token.pk, "prefix": token.prefix})
     return OperatorAction.objects.create(
         user=user if getattr(user, "pk", None) else None,
         username=username if username is not None else getattr(user, "username", "") or "",
         via=via,
         action=action,
         target_type=target_type,
-        target_id=str(target_id),
-        details=details or {},
+        target_id=target_id,
+        details=details,
     )
 
 
@@ -125,20 +158,55 @@ def operator_refusal_record(
     details: dict | None = None,
 ) -> OperatorAction | None:
     """Record an attempt refused for want of a role: action `denied:<action>`, with the
-    request's method, path and the reason in the details. Nothing is recorded for an
-    anonymous user (see the module's docstring)."""
+    request's method, path and the reason in the details. Without an object to name,
+    the target is the URL. Nothing is recorded for an anonymous user, nor past the
+    user's REFUSALS_RECORDED_PER_MINUTE (see the module's docstring)."""
     if not (user and getattr(user, "is_authenticated", False)):
         return None
     logger.info("refused %s %s to %s (%s)", method, action, user.get_username(), via)
+    unrecorded = _refusals_over_the_rate(user)
+    if unrecorded is None:
+        return None
+    target_id = "" if target_id is None else str(target_id)
+    if not target_id:
+        target_type, target_id = TARGET_URL, path or "?"
+    extra = {"unrecorded_before": unrecorded} if unrecorded else {}
     return operator_action_record(
         user=user,
         via=via,
         action=(DENIED + action)[:40],
         target_type=target_type[:40],
-        target_id=str(target_id)[:200],
+        target_id=target_id[:200],
         details={"method": method, "path": path[:REFUSAL_PATH_MAX], "reason": reason}
-        | (details or {}),
+        | (details or {})
+        | extra,
     )
+
+
+def _refusals_over_the_rate(user: Any) -> int | None:
+    """None when the user's refusals this minute are past the rate (this one is then
+    counted as unrecorded); else how many went unrecorded before it (and the count
+    starts again)."""
+    minute = int(time.time() // 60)
+    key = REFUSAL_COUNT_KEY.format(user=user.pk, minute=minute)
+    unrecorded_key = REFUSALS_UNRECORDED_KEY.format(user=user.pk)
+    if _counted(key, timeout=120) > REFUSALS_RECORDED_PER_MINUTE:
+        _counted(unrecorded_key, timeout=REFUSALS_UNRECORDED_TTL)
+        return None
+    unrecorded = cache.get(unrecorded_key) or 0
+    if unrecorded:
+        cache.delete(unrecorded_key)
+    return unrecorded
+
+
+def _counted(key: str, *, timeout: int) -> int:
+    """Add one to the cache's count `key` (made with `timeout` when missing)."""
+    cache.add(key, 0, timeout=timeout)
+    try:
+        return cache.incr(key)
+    except ValueError:  # expired between the two calls
+        cache.add(key, 1, timeout=timeout)
+        return 1
 
 
 def _require_operator(user: Any) -> None:
@@ -259,9 +327,12 @@ def member_activate_audited(*, user: Any, member: Member, via: str) -> Member:
 
 @sensitive_variables("key")  # kept out of error reports
 def api_token_create_audited(*, user: Any, owner: Any, name: str, via: str) -> tuple[ApiToken, str]:
-    """A new API token for `owner`, created by an operator, recorded (never its key).
-    Returns the token and its key: show the key once, then forget it."""
+    """A new API token for `owner`, created by an operator for themselves (a superuser
+    for anyone), recorded (never its key). Returns the token and its key: show the key
+    once, then forget it."""
     _require_operator(user)
+    if not user.is_superuser and getattr(owner, "pk", None) != user.pk:
+        raise TokenInputError(ERR_TOKEN_FOR_OTHER.format(owner=owner.get_username()))
     with transaction.atomic():
         token, key = api_token_issue(owner=owner, name=name, created_by=user)
         operator_action_record(
@@ -276,10 +347,11 @@ def api_token_create_audited(*, user: Any, owner: Any, name: str, via: str) -> t
 
 
 def api_token_revoke_audited(*, user: Any, token_id: Any, via: str) -> ApiToken:
-    """Revoke an API token (it stops working at once), recorded."""
+    """Revoke an API token (it stops working at once), recorded. An operator revokes
+    their own tokens; a superuser anyone's."""
     _require_operator(user)
     with transaction.atomic():
-        token = api_token_revoke(token_id=token_id)
+        token = api_token_revoke(token_id=token_id, revoker_check=_token_revoker_check(user))
         operator_action_record(
             user=user,
             via=via,
@@ -293,6 +365,18 @@ def api_token_revoke_audited(*, user: Any, token_id: Any, via: str) -> ApiToken:
             },
         )
     return token
+
+
+def _token_revoker_check(user: Any):
+    """The check api_token_revoke runs on the locked token: refused unless `user` owns
+    it or is a superuser."""
+
+    def check(token: ApiToken) -> None:
+        if not user.is_superuser and token.user_id != user.pk:
+            owner = token.user.get_username()
+            raise TokenInputError(ERR_TOKEN_NOT_YOURS.format(token=token, owner=owner))
+
+    return check
 
 
 def _queue_settings(queue: JobQueue | None) -> dict[str, Any]:

@@ -4,7 +4,8 @@ A key is `tempo_` and 43 characters of `secrets.token_urlsafe(32)` (256 random b
 much randomness needs no slow password hash: a plain SHA-256 cannot be reversed or
 guessed, and it lets a request find its token by an indexed equality on the digest.
 The key itself is returned once, by `api_token_issue`, and never stored, logged or
-recorded. Creating and revoking tokens is an operator action: see
+recorded. Creating and revoking tokens is an operator action, for the operator's own
+tokens (a superuser's for anyone's): see
 `api_token_create_audited` and `api_token_revoke_audited` in tasksapp/web/operators.py.
 """
 
@@ -14,6 +15,7 @@ import datetime as dt
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 from django.db.models import QuerySet
@@ -85,11 +87,17 @@ def api_token_issue(
     return token, key
 
 
-def api_token_revoke(*, token_id: Any) -> ApiToken:
-    """Mark the token revoked (it stays listed). Callers check who may and record it."""
-    token = ApiToken.objects.select_for_update().filter(pk=token_id).first()
+def api_token_revoke(
+    *, token_id: Any, revoker_check: Callable[[ApiToken], None] | None = None
+) -> ApiToken:
+    """Mark the token revoked (it stays listed). Callers check who may (`revoker_check`
+    runs on the locked token and raises TokenInputError to refuse) and record it."""
+    tokens = ApiToken.objects.select_for_update(of=("self",)).select_related("user")
+    token = tokens.filter(pk=token_id).first()
     if token is None:
         raise TokenInputError(ERR_TOKEN_MISSING.format(token_id=token_id))
+    if revoker_check is not None:
+        revoker_check(token)
     if token.revoked_at is not None:
         raise TokenInputError(ERR_TOKEN_REVOKED.format(token=token))
     token.revoked_at = timezone.now()

@@ -1,6 +1,6 @@
 """API tokens: stored hashed, checked on `Authorization: Token <key>`, created, listed
-and revoked by operators (dashboard, admin, manage.py), the key shown once and never
-recorded or logged."""
+and revoked by operators for themselves (dashboard, admin, manage.py), the key shown once
+and never recorded or logged."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_bad_keys_are_401_naming_the_scheme(db, header):
     assert response["WWW-Authenticate"] == "Token"
 
 
-def test_revoked_tokens_and_inactive_users_are_refused(operator, viewer):
+def test_revoked_tokens_and_inactive_users_are_refused(viewer):
     token, key = api_token_issue(owner=viewer, name="scraper")
     assert _api(key).get(JOBS).status_code == 200
     viewer.is_active = False
@@ -92,7 +92,8 @@ def test_revoked_tokens_and_inactive_users_are_refused(operator, viewer):
     viewer.save()
     from tasksapp.web.operators import api_token_revoke_audited
 
-    api_token_revoke_audited(user=operator, token_id=token.id, via="api")
+    root = User.objects.create_superuser("root", password="root-password-1")
+    api_token_revoke_audited(user=root, token_id=token.id, via="api")
     assert _api(key).get(JOBS).status_code == 401
 
 
@@ -120,16 +121,16 @@ def test_viewers_see_the_list_without_forms(viewer_client, operator):
     assert token.digest not in html
 
 
-def test_an_operator_creates_a_token_and_sees_its_key_once(operator_client, operator, viewer, logs):
+def test_an_operator_creates_a_token_and_sees_its_key_once(operator_client, operator, logs):
     response = operator_client.post(
-        reverse("dashboard:token-create"), {"name": "prometheus", "user": viewer.username}
+        reverse("dashboard:token-create"), {"name": "prometheus", "user": operator.username}
     )
     assert response.status_code == 200
     key = response.context["key"]
     assert key in response.content.decode()
     assert "no-store" in response["Cache-Control"]
     token = ApiToken.objects.get()
-    assert (token.name, token.user, token.created_by) == ("prometheus", viewer, operator)
+    assert (token.name, token.user, token.created_by) == ("prometheus", operator, operator)
     # Shown once: not on the list, not in the session, messages or cookies.
     page = operator_client.get(TOKENS).content.decode()
     assert token.prefix in page and key not in page
@@ -143,7 +144,7 @@ def test_an_operator_creates_a_token_and_sees_its_key_once(operator_client, oper
         str(token.id),
         "dashboard",
     )
-    assert record.details == {"name": "prometheus", "owner": "vera", "prefix": token.prefix}
+    assert record.details == {"name": "prometheus", "owner": "otto", "prefix": token.prefix}
     assert key not in _everything_stored()
     assert _api(key).get(JOBS).status_code == 200
     assert all(key not in r.getMessage() for r in logs.records)
@@ -171,8 +172,8 @@ def test_only_a_superuser_mints_a_superusers_token(operator_client, roles):
     assert response.status_code == 200 and ApiToken.objects.get().user == root
 
 
-def test_an_operator_revokes_a_token(operator_client, viewer):
-    token, key = api_token_issue(owner=viewer, name="scraper")
+def test_an_operator_revokes_their_token(operator_client, operator):
+    token, key = api_token_issue(owner=operator, name="scraper")
     url = reverse("dashboard:token-revoke", args=[token.id])
     response = operator_client.post(url, follow=True)
     assert "revoked: it no longer authenticates" in response.content.decode()
@@ -187,12 +188,12 @@ def test_an_operator_revokes_a_token(operator_client, viewer):
     assert "revoked" in operator_client.get(TOKENS).content.decode()
 
 
-def test_the_pages_have_forms_with_csrf_and_no_inline_script(operator_client, viewer):
-    token, _ = api_token_issue(owner=viewer, name="scraper")
+def test_the_pages_have_forms_with_csrf_and_no_inline_script(operator_client, operator):
+    token, _ = api_token_issue(owner=operator, name="scraper")
     html = operator_client.get(TOKENS).content.decode()
     assert html.count("csrfmiddlewaretoken") >= 2  # create, revoke (and log out)
     created = operator_client.post(
-        reverse("dashboard:token-create"), {"name": "again", "user": "vera"}
+        reverse("dashboard:token-create"), {"name": "again", "user": "otto"}
     ).content.decode()
     for page in (html, created):
         assert "<script>" not in page and "onclick" not in page and "style=" not in page
@@ -222,7 +223,7 @@ def test_the_admin_lists_tokens_without_keys_and_cannot_add_them(operator, viewe
 
 
 def test_the_admin_revokes_for_operators_and_records_a_viewers_attempt(operator, viewer):
-    token, key = api_token_issue(owner=viewer, name="scraper")
+    token, key = api_token_issue(owner=operator, name="scraper")
     url = reverse("admin:tasksapp_apitoken_changelist")
     form = {"action": "revoke_tokens", "_selected_action": [token.id]}
     _staff_client(viewer).post(url, form)

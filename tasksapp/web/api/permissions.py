@@ -5,9 +5,10 @@ from tasksapp.web.models import OperatorAction
 from tasksapp.web.operators import PERM_OPERATE, PERM_VIEW, operator_refusal_record
 
 REASON_OPERATE = "needs the operator role"
+ROUTING_TARGET = "mode"
 # What a write to each API URL (by name) attempts, for the record of a refused one:
-# (action, target type, URL argument naming the target). The actions are the audited
-# ones' names where there is one.
+# (action, target type, URL argument naming the target; without one the record names the
+# URL, operators.py). The actions are the audited ones' names where there is one.
 API_WRITES = {
     "jobs": ("job_create", "job", None),
     "job-cancel": ("cancel", "job", "job_id"),
@@ -60,6 +61,8 @@ def api_refusal_record(request) -> None:
     kwargs = match.kwargs if match else {}
     action, target_type, argument = API_WRITES.get(name, (name or "write", "url", None))
     target_id = kwargs.get(argument, "") if argument else ""
+    if target_type == "routing":
+        target_id = ROUTING_TARGET  # as the audited actions name it
     if target_type == "member" and target_id != "":
         # Member actions are recorded by external id; the URL has the row's id.
         external_id = Member.objects.filter(id=target_id).values_list("external_id", flat=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -95,7 +96,8 @@ def _idempotency_key_field(stored: str) -> serializers.CharField:
 
 # The fields every job creator takes: what runs, with which payload, and how. (A comment,
 # not a docstring: the schema would show it as the description of every subclass.)
-MAX_HTTP_WAIT_SECONDS = 60  # a long-poll holds a web server thread: bounded
+MAX_HTTP_WAIT_SECONDS = 60  # accepted; the server waits far less (waits.py)
+ERR_WAIT_NUMBER = "timeout must be a number of seconds from 0 to {most}."
 
 
 class JobOptionsSerializer(serializers.Serializer):
@@ -333,8 +335,14 @@ class GraphWaitQuerySerializer(serializers.Serializer):
         min_value=0,
         max_value=MAX_HTTP_WAIT_SECONDS,
         default=30,
-        help_text="Seconds to wait for the graph to end at most.",
+        help_text="Seconds to wait for the graph to end at most; the server waits a couple"
+        " of seconds at most (tasksapp/web/api/waits.py) and answers `done` false: ask again.",
     )
+
+    def validate_timeout(self, value: float) -> float:
+        if not math.isfinite(value):  # NaN passes both bounds
+            raise serializers.ValidationError(ERR_WAIT_NUMBER.format(most=MAX_HTTP_WAIT_SECONDS))
+        return value
 
 
 class GraphWaitSerializer(JobDetailSerializer):

@@ -15,7 +15,6 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import Serializer
-from rest_framework.views import APIView
 
 from tasksapp.engine.models import Job
 from tasksapp.engine.services import job_schedule_or_get
@@ -24,8 +23,9 @@ from tasksapp.graphs.services import graph_job_schedule_or_get
 from tasksapp.recurring.models import Member, RecurringTask
 from tasksapp.recurring.selectors.plans import member_runs_for_task
 from tasksapp.recurring.services import member_create, recurring_task_create
-from tasksapp.web.models import OperatorAction
+from tasksapp.web.models import ApiToken, OperatorAction
 from tasksapp.web.operators import (
+    acting_token,
     graph_cancel_audited,
     job_cancel_audited,
     job_retry_audited,
@@ -44,6 +44,8 @@ from tasksapp.web.selectors.jobs import JobFilters, job_graph, job_page
 from tasksapp.web.selectors.queues import queues_overview, routing_state
 
 from . import serializers as s
+from .base import TempoAPIView
+from .waits import WAIT_MOST_SECONDS, graph_wait_slot, wait_seconds
 
 VIA = OperatorAction.Via.API
 ERR_UNKNOWN_TASK = "task {value} does not exist."
@@ -55,6 +57,23 @@ KEY_CONFLICT = OpenApiResponse(
     description="The idempotency key belongs to a stored job with other parameters:"
     " {detail, job_id}."
 )
+
+
+class EndpointView(TempoAPIView):
+    """The base of this module's endpoints: Tempo's API policy, and while one answers,
+    the audit records name the API token the request authenticated with
+    (operators.acting_token), if any."""
+
+    def dispatch(self, request, *args, **kwargs):
+        before = acting_token.set(None)
+        try:
+            return super().dispatch(request, *args, **kwargs)
+        finally:
+            acting_token.reset(before)
+
+    def perform_authentication(self, request) -> None:
+        super().perform_authentication(request)
+        acting_token.set(request.auth if isinstance(request.auth, ApiToken) else None)
 
 
 def _operator_action_schema(
@@ -83,7 +102,7 @@ def _body(serializer_class, request: Request):
     return serializer
 
 
-class JobListView(APIView):
+class JobListView(EndpointView):
     @extend_schema(
         parameters=[s.JobListQuerySerializer],
         responses={200: s.JobPageSerializer, 400: BAD_REQUEST},
@@ -155,7 +174,7 @@ def _job_detail(job: Job) -> dict:
     return s.JobDetailSerializer(job, context={"graph": job_graph(job=job)}).data
 
 
-class JobDetailView(APIView):
+class JobDetailView(EndpointView):
     @extend_schema(
         responses={200: s.JobDetailSerializer, 404: NOT_FOUND},
         summary="One job, with its graph for a graph job or one of its task jobs",
@@ -164,7 +183,7 @@ class JobDetailView(APIView):
         return Response(_job_detail(get_object_or_404(Job, id=job_id)))
 
 
-class GraphJobCreateView(APIView):
+class GraphJobCreateView(EndpointView):
     @extend_schema(
         request=s.GraphJobCreateSerializer,
         responses={
@@ -195,7 +214,7 @@ def _graph_job(job_id: int) -> tuple[Job, int]:
     return job, graph_run_id
 
 
-class GraphJobCancelView(APIView):
+class GraphJobCancelView(EndpointView):
     @_operator_action_schema(
         s.JobDetailSerializer,
         "Cancel a graph (by its graph job or one of its task jobs): tasks not started are"
@@ -207,24 +226,26 @@ class GraphJobCancelView(APIView):
         return Response(_job_detail(graph.job))
 
 
-class GraphJobWaitView(APIView):
+class GraphJobWaitView(EndpointView):
     @extend_schema(
         parameters=[s.GraphWaitQuerySerializer],
         responses={200: s.GraphWaitSerializer, 400: BAD_REQUEST, 404: NOT_FOUND},
-        summary="Wait (long-poll) until a graph ends, at most `timeout` s; `done` says if it did",
+        summary=f"Wait (short poll) until a graph ends, at most `timeout` and at most"
+        f" {WAIT_MOST_SECONDS:g} s; `done` says if it did (else ask again)",
     )
     def get(self, request: Request, job_id: int) -> Response:
         timeout = _query(s.GraphWaitQuerySerializer, request)["timeout"]
         _, graph_run_id = _graph_job(job_id)
-        try:
-            graph = graph_job_wait(graph_run_id, timeout)
-        except GraphWaitTimeout as waited:
-            graph = waited.graph
+        with graph_wait_slot(user=request.user) as held:
+            try:
+                graph = graph_job_wait(graph_run_id, wait_seconds(asked=timeout, held=held))
+            except GraphWaitTimeout as waited:
+                graph = waited.graph
         parent = Job.objects.get(id=graph.job_id)
         return Response(s.GraphWaitSerializer(parent, context={"graph": graph}).data)
 
 
-class JobCancelView(APIView):
+class JobCancelView(EndpointView):
     @_operator_action_schema(
         s.JobSerializer,
         "Cancel a job: a scheduled or failed one at once; a claimed or running one is asked"
@@ -235,7 +256,7 @@ class JobCancelView(APIView):
         return Response(s.JobSerializer(job).data)
 
 
-class JobRetryView(APIView):
+class JobRetryView(EndpointView):
     @_operator_action_schema(
         s.JobSerializer,
         "Retry a dead, lost, cancelled or failed job (now, or at run_at)",
@@ -247,14 +268,14 @@ class JobRetryView(APIView):
         return Response(s.JobSerializer(job).data)
 
 
-class JobRunNowView(APIView):
+class JobRunNowView(EndpointView):
     @_operator_action_schema(s.JobSerializer, "Move a waiting job's run time to now")
     def post(self, request: Request, job_id: int) -> Response:
         job = job_run_now_audited(user=request.user, job_id=job_id, via=VIA)
         return Response(s.JobSerializer(job).data)
 
 
-class MemberListView(APIView):
+class MemberListView(EndpointView):
     @extend_schema(
         parameters=[s.MemberListQuerySerializer],
         responses={200: s.MemberPageSerializer, 400: BAD_REQUEST},
@@ -289,13 +310,13 @@ class MemberListView(APIView):
         return Response(s.MemberSerializer(member).data, status=status.HTTP_201_CREATED)
 
 
-class MemberDetailView(APIView):
+class MemberDetailView(EndpointView):
     @extend_schema(responses={200: s.MemberSerializer, 404: NOT_FOUND}, summary="One member")
     def get(self, request: Request, member_id: int) -> Response:
         return Response(s.MemberSerializer(get_object_or_404(Member, id=member_id)).data)
 
 
-class MemberDeactivateView(APIView):
+class MemberDeactivateView(EndpointView):
     @_operator_action_schema(
         s.MemberSerializer, "Stop planning a member and cancel its waiting jobs", refusable=False
     )
@@ -305,7 +326,7 @@ class MemberDeactivateView(APIView):
         return Response(s.MemberSerializer(member).data)
 
 
-class MemberActivateView(APIView):
+class MemberActivateView(EndpointView):
     @_operator_action_schema(s.MemberSerializer, "Plan a member again", refusable=False)
     def post(self, request: Request, member_id: int) -> Response:
         member = get_object_or_404(Member, id=member_id)
@@ -313,7 +334,7 @@ class MemberActivateView(APIView):
         return Response(s.MemberSerializer(member).data)
 
 
-class RecurringTaskListView(APIView):
+class RecurringTaskListView(EndpointView):
     @extend_schema(responses={200: s.RecurringTaskSerializer(many=True)}, summary="Tasks")
     def get(self, request: Request) -> Response:
         tasks = RecurringTask.objects.order_by("name")
@@ -330,14 +351,14 @@ class RecurringTaskListView(APIView):
         return Response(s.RecurringTaskSerializer(task).data, status=status.HTTP_201_CREATED)
 
 
-class RecurringTaskDetailView(APIView):
+class RecurringTaskDetailView(EndpointView):
     @extend_schema(responses={200: s.RecurringTaskSerializer, 404: NOT_FOUND}, summary="A task")
     def get(self, request: Request, task_id: int) -> Response:
         task = get_object_or_404(RecurringTask, id=task_id)
         return Response(s.RecurringTaskSerializer(task).data)
 
 
-class RecurringTaskPauseView(APIView):
+class RecurringTaskPauseView(EndpointView):
     @_operator_action_schema(
         s.RecurringTaskSerializer, "Pause planning (jobs already planned still run)"
     )
@@ -346,14 +367,14 @@ class RecurringTaskPauseView(APIView):
         return Response(s.RecurringTaskSerializer(task).data)
 
 
-class RecurringTaskResumeView(APIView):
+class RecurringTaskResumeView(EndpointView):
     @_operator_action_schema(s.RecurringTaskSerializer, "Resume planning from the next slice")
     def post(self, request: Request, task_id: int) -> Response:
         task = recurring_task_resume_audited(user=request.user, task_id=task_id, via=VIA)
         return Response(s.RecurringTaskSerializer(task).data)
 
 
-class MemberNextRunsView(APIView):
+class MemberNextRunsView(EndpointView):
     @extend_schema(
         responses={200: s.NextRunsSerializer, 404: NOT_FOUND},
         summary="A member's next runs of a task (computed by the formula)",
@@ -374,13 +395,13 @@ def _routing_answer() -> dict:
     return s.RoutingSerializer(asdict(state) | {"active": state.active}).data
 
 
-class QueueListView(APIView):
+class QueueListView(EndpointView):
     @extend_schema(responses={200: s.QueueSerializer(many=True)}, summary="Queues, unserved first")
     def get(self, request: Request) -> Response:
         return Response(s.QueueSerializer(queues_overview()["queues"], many=True).data)
 
 
-class QueueDetailView(APIView):
+class QueueDetailView(EndpointView):
     @extend_schema(
         request=s.QueueSettingsSerializer,
         responses={200: s.QueueSerializer, 400: BAD_REQUEST, 403: DENIED},
@@ -392,27 +413,27 @@ class QueueDetailView(APIView):
         return Response(_queue_answer(queue.name))
 
 
-class QueuePauseView(APIView):
+class QueuePauseView(EndpointView):
     @_operator_action_schema(s.QueueSerializer, "Pause a queue (its running jobs finish)")
     def post(self, request: Request, name: str) -> Response:
         queue = queue_pause_audited(user=request.user, name=name, via=VIA)
         return Response(_queue_answer(queue.name))
 
 
-class QueueResumeView(APIView):
+class QueueResumeView(EndpointView):
     @_operator_action_schema(s.QueueSerializer, "Resume a paused queue")
     def post(self, request: Request, name: str) -> Response:
         queue = queue_resume_audited(user=request.user, name=name, via=VIA)
         return Response(_queue_answer(queue.name))
 
 
-class RoutingView(APIView):
+class RoutingView(EndpointView):
     @extend_schema(responses={200: s.RoutingSerializer}, summary="The routing mode, and why")
     def get(self, request: Request) -> Response:
         return Response(_routing_answer())
 
 
-class RoutingDegradeView(APIView):
+class RoutingDegradeView(EndpointView):
     @_operator_action_schema(
         s.RoutingSerializer, "Degraded mode on: only critical jobs", request=s.DegradeSerializer
     )
@@ -422,7 +443,7 @@ class RoutingDegradeView(APIView):
         return Response(_routing_answer())
 
 
-class RoutingRestoreView(APIView):
+class RoutingRestoreView(EndpointView):
     @_operator_action_schema(s.RoutingSerializer, "Degraded mode off", refusable=False)
     def post(self, request: Request) -> Response:
         routing_restore_audited(user=request.user, via=VIA)

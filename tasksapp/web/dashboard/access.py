@@ -78,8 +78,10 @@ def dashboard_refusal_record(request: HttpRequest, *, reason: str) -> None:
             if requested not in KNOWN_ACTIONS:
                 details["requested"] = requested[:100]
         target_id = kwargs.get(argument, "") if argument else ""
+        if target_type == "routing":
+            target_id = "mode"  # as the audited actions name it
     else:  # a page: nothing to act on, but a mutating request all the same
-        action, target_type, target_id = name or "page", "page", ""
+        action, target_type, target_id = name or "page", "page", request.path
     operator_refusal_record(
         user=request.user,
         via=OperatorAction.Via.DASHBOARD,

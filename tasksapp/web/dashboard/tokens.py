@@ -1,5 +1,6 @@
 """The dashboard's API tokens page: every token (name, key prefix, owner, created, last
-used, revoked), and for operators a form to create one and a button to revoke each.
+used, revoked), and for operators a form to create one of their own and a button to
+revoke each of theirs (a superuser: for anyone, and anyone's).
 
 A new token's key is in the answer to the create form's POST and nowhere else: not in a
 redirect, a message, the session, the audit record or a log line. The answer is not
@@ -44,7 +45,7 @@ class TokenForm(forms.Form):
         super().__init__(*args, **kwargs)
         users = get_user_model().objects.filter(is_active=True).order_by("username")
         if not requester.is_superuser:  # the service refuses it too
-            users = users.filter(is_superuser=False)
+            users = users.filter(pk=requester.pk)
         self.fields["user"].queryset = users
 
 
@@ -52,7 +53,12 @@ def _page(request: HttpRequest, form: TokenForm | None, status: int = 200) -> Ht
     can_operate = request.user.has_perm(PERM_OPERATE)
     if can_operate and form is None:
         form = TokenForm(requester=request.user, initial={"user": request.user.get_username()})
-    context = {"tokens": api_token_list(), "form": form, "can_operate": can_operate}
+    tokens = list(api_token_list())
+    for token in tokens:  # the service refuses the others too
+        token.can_revoke = can_operate and (
+            request.user.is_superuser or token.user_id == request.user.pk
+        )
+    context = {"tokens": tokens, "form": form, "can_operate": can_operate}
     return render(request, "dashboard/tokens.html", context, status=status)
 
 

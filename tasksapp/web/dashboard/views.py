@@ -9,13 +9,20 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    JsonResponse,
+)
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
 
 from tasksapp.engine.models import JobState
+from tasksapp.engine.options import MAX_PRIORITY
 from tasksapp.engine.settings import tempo_settings
 from tasksapp.graphs.models import GraphState
 from tasksapp.graphs.selectors import graph_run_page
@@ -76,6 +83,7 @@ ROUTING_ACTIONS = {
     "restore": (routing_restore_audited, "Degraded mode off: every job is claimed again."),
 }
 AUDIT_PAGE = 100
+PLAIN_TEXT = "text/plain; charset=utf-8"
 ERR_FILTER_TASK = "task: no recurring task with id {value}."
 ERR_FILTER_MEMBER = "member: no member with external id {value!r}."
 ERR_GRAPH_STATE = "state must be one of: {choices}."
@@ -375,17 +383,22 @@ def queue_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
 def routing_action(request: HttpRequest, action: str) -> HttpResponse:
     target = {}
     if action == "degrade":
-        target = {
-            "reason": request.POST.get("reason", "").strip(),
-            "critical_priority": _priority_field(request.POST.get("critical_priority", "9")),
-        }
+        try:
+            target = {
+                "reason": params.text(request.POST, "reason"),
+                "critical_priority": _priority_field(request.POST),
+            }
+        except params.BadQuery as exc:  # nothing a form sends: no page to go back to
+            return HttpResponseBadRequest(str(exc), content_type=PLAIN_TEXT)
     _operator_action(request, ROUTING_ACTIONS, action, **target)
     return _back(request, reverse("dashboard:queues"))
 
 
-def _priority_field(raw: str) -> int | str:
-    """A form's priority: a number as an int, a level name as it is (the service checks)."""
-    return int(raw) if raw.strip().isdigit() else raw.strip()
+def _priority_field(form) -> int | str:
+    """A form's priority: ASCII digits as an int, anything else (a level name) as it is
+    (the service checks); `²` is a digit to str.isdigit, not to int."""
+    raw = params.text(form, "critical_priority") or str(MAX_PRIORITY)
+    return int(raw) if params.WHOLE_RE.fullmatch(raw) else raw
 
 
 @login_required
@@ -402,5 +415,24 @@ def audit_list(request: HttpRequest) -> HttpResponse:
     more = len(rows) > AUDIT_PAGE
     rows = rows[:AUDIT_PAGE]
     next_before = rows[-1].id if more and rows else None
+    for row in rows:
+        row.link = _audit_link(row)
     context = {"rows": rows, "next_before": next_before}
     return render(request, "dashboard/audit.html", context, status=_status(errors))
+
+
+# Audit target types that have a page, and the page's URL name.
+AUDIT_PAGES = {"job": "dashboard:job-detail", "recurring_task": "dashboard:recurring-detail"}
+MAX_ID_DIGITS = 18  # below 2**63: a page the URL resolver takes
+
+
+def _audit_link(row: OperatorAction) -> str:
+    """The page of the row's target, or "" when it has none: any stored row is shown,
+    whatever its target (several ids, none, text)."""
+    name = AUDIT_PAGES.get(row.target_type)
+    target = row.target_id or ""
+    if name is None or not (target.isascii() and target.isdigit()):
+        return ""
+    if len(target) > MAX_ID_DIGITS or int(target) == 0:
+        return ""
+    return reverse(name, args=[int(target)])

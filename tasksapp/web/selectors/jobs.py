@@ -17,8 +17,20 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Case, F, JSONField, Q, QuerySet, TextField, Value, When
+from django.db.models import (
+    Case,
+    F,
+    Func,
+    IntegerField,
+    JSONField,
+    Q,
+    QuerySet,
+    TextField,
+    Value,
+    When,
+)
 from django.db.models.functions import Cast, Length
+from django.db.models.lookups import GreaterThan
 
 from tasksapp.engine.jsonvalues import safe_json
 from tasksapp.engine.models import LEASED_STATES, NOT_LEASED, Job, JobState
@@ -179,12 +191,31 @@ def _latest(jobs: QuerySet[Job], count: int, *, by_state: bool) -> list[Job]:
     return merged[:count]
 
 
+class StoredSize(Func):
+    """A column's size as stored, in bytes, without reading a TOASTed value (PostgreSQL);
+    SQLite stores JSON as text: its length."""
+
+    function = "pg_column_size"
+    output_field = IntegerField()
+
+    def as_sqlite(self, compiler, connection, **extra_context):
+        return self.as_sql(compiler, connection, function="LENGTH", **extra_context)
+
+
 def _large_json_left_out(jobs: QuerySet[Job], chars: int) -> QuerySet[Job]:
     """Each large JSON column read only when short: `<name>_inline` (the value, or NULL
-    when longer than `chars`) and `<name>_chars` (its length), the column deferred."""
+    when longer than `chars`) and `<name>_chars` (its length), the column deferred.
+
+    A value is first measured as stored (`pg_column_size`: compressed, read from the
+    row's TOAST pointer without fetching the value); only one stored in at most `chars`
+    bytes is read to count its characters. A megabyte payload is never read."""
     annotations = {}
     for name in LARGE_JSON:
-        length = Length(Cast(name, output_field=TextField()))
+        stored = StoredSize(F(name))
+        length = Case(
+            When(GreaterThan(stored, chars), then=stored),  # more characters than that
+            default=Length(Cast(name, output_field=TextField())),
+        )
         annotations[f"{name}_chars"] = length
         annotations[f"{name}_inline"] = Case(
             When(**{f"{name}_chars__lte": chars}, then=F(name)),

@@ -108,7 +108,7 @@ def test_a_viewer_may_read_but_not_pause_and_the_refusal_is_recorded(viewer_api)
     assert viewer_api.post("/api/routing/degrade/", {"reason": "x"}).status_code == 403
     assert not JobQueue.objects.exists()
     refused = list(OperatorAction.objects.values_list("action", "target_id"))
-    assert refused == [("denied:queue_pause", "billing"), ("denied:degrade", "")]
+    assert refused == [("denied:queue_pause", "billing"), ("denied:degrade", "mode")]
 
 
 def test_degraded_mode_on_and_off_recorded(operator_api):
@@ -122,6 +122,8 @@ def test_degraded_mode_on_and_off_recorded(operator_api):
     mode = RoutingMode.objects.get(id=1)
     assert not mode.degraded
     actions = list(OperatorAction.objects.order_by("id").values_list("action", "details"))
+    token = actions[0][1].pop("token")  # the API token it was done with
+    assert token == actions[1][1].pop("token") and set(token) == {"id", "prefix"}
     assert actions[0] == ("degrade", {"reason": "Redis failover", "critical_priority": 8})
     assert actions[1] == ("restore", {"reason_before": "Redis failover"})
 
