@@ -76,6 +76,9 @@ class EndpointView(TempoAPIView):
         acting_token.set(request.auth if isinstance(request.auth, ApiToken) else None)
 
 
+TempoApiView = EndpointView  # the name other endpoint modules import (schedules.py)
+
+
 def _operator_action_schema(
     answer: type[Serializer],
     summary: str,
