@@ -34,6 +34,7 @@ What this planner adds to the textbook algorithm, each documented where it lives
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -785,12 +786,15 @@ def _objects(tasks: Iterable[TaskSpec], has: Any) -> tuple[tuple[str, tuple[str,
 
 
 def _grounded(tasks: Iterable[TaskSpec], objects: Mapping[str, tuple[str, ...]]) -> list:
-    """Plain tasks, and every ground task of the parameterised ones."""
-    ground = []
+    """Plain tasks, and every ground task of the parameterised ones. Refused before any
+    is built when they would be too many (three parameters over 100 objects: a million)."""
+    ground, count = [], 0
+    for spec in tasks:
+        count += math.prod(len(objects.get(kind, ())) for _, kind in spec.params)
+        if count > MAX_GROUND_TASKS:
+            raise PlanningError(ERR_TOO_MANY.format(most=MAX_GROUND_TASKS), goals=())
     for spec in tasks:
         ground += spec.grounded(objects)
-        if len(ground) > MAX_GROUND_TASKS:
-            raise PlanningError(ERR_TOO_MANY.format(most=MAX_GROUND_TASKS), goals=())
     return ground
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from tasksapp.engine.models import Job
 from tasksapp.graphs import planner
+from tasksapp.graphs.grounding import ERR_TOO_MANY, MAX_GROUND_TASKS
 from tasksapp.graphs.models import GraphRun
 from tasksapp.graphs.planner import ERR_TOO_LONG, PlanningTooLong, graph_plan, plan_tasks
 from tasksapp.graphs.registry import Registry, task_spec
@@ -82,6 +83,22 @@ def test_a_plan_that_ran_out_of_time_is_not_cached():
         graph_plan(registry=registry, seconds=LIMIT, **request())
     with pytest.raises(PlanningTooLong):
         graph_plan(registry=registry, seconds=LIMIT, **request())  # tried again, not a hit
+
+
+def test_too_many_ground_tasks_are_refused_before_any_is_built():
+    """Three parameters over 40 objects would be 64,000 ground tasks: counted, not built."""
+    spec = task_spec(
+        move,
+        name="hop",
+        params={"a": "node", "b": "node", "c": "node"},
+        requires=["at(a)"],
+        provides=["at(b)"],
+    )
+    began = time.monotonic()
+    with pytest.raises(planner.PlanningError) as caught:
+        plan_tasks(tasks=[spec], seconds=LIMIT, **request(objects=40))
+    assert time.monotonic() - began < 1.0
+    assert str(caught.value) == ERR_TOO_MANY.format(most=MAX_GROUND_TASKS)
 
 
 @pytest.fixture
