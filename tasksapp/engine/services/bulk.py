@@ -3,8 +3,9 @@
 The jobs are read and changed in chunks of CHUNK_JOBS ids, in id order, each chunk's
 change a transaction of its own (a savepoint, when the caller holds one): a
 million matching jobs never make one long statement or hold their row locks together.
-Each change is guarded on the state as the single-job owners guard it (jobs.job_retry,
-job_cancel, job_run_now): a job that moved meanwhile is not changed. A call may stop
+Each change is the transition's one owner in jobs.py (job_retry_many, ...), which the
+single-job actions call too, guarded on the state: a job that moved meanwhile is not
+changed. A call may stop
 after `time_budget` seconds; its answer's `next_after` resumes it.
 """
 
@@ -17,15 +18,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q, QuerySet
-from django.db.models.functions import Greatest
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from tasksapp.engine.models import Job, JobState
-from tasksapp.engine.models.jobs import DUE_STATES, LEASED_STATES
 from tasksapp.engine.options import MAX_PRIORITY, MIN_PRIORITY
 
-from .jobs import RETRYABLE_STATES, JobInputError
+from .jobs import (
+    CANCEL_ASKABLE,
+    RETRYABLE,
+    WAITING,
+    JobInputError,
+    job_cancel_request_many,
+    job_cancel_waiting_many,
+    job_retry_many,
+    job_run_now_many,
+)
 
 CHUNK_JOBS = 1000  # ids per statement
 MAX_IDS = 100_000  # of a filter by ids
@@ -81,43 +89,15 @@ class BulkAction:
     change: Callable[[Sequence[int]], int]
 
 
-def _retry(ids: Sequence[int]) -> int:
-    """dead|lost|cancelled|failed → scheduled now, one more attempt allowed than used."""
-    return Job.objects.filter(id__in=ids, state__in=RETRYABLE_STATES).update(
-        state=JobState.SCHEDULED,
-        run_at=timezone.now(),
-        finished_at=None,
-        claimed_by="",
-        lease_expires_at=None,
-        cancel_requested_at=None,
-        max_attempts=Greatest(F("max_attempts"), F("attempts") + 1),
-    )
-
-
 def _cancel(ids: Sequence[int]) -> int:
-    """scheduled|failed → cancelled; claimed|running: a cancel requested (job_cancel)."""
-    now = timezone.now()
-    waiting = Job.objects.filter(id__in=ids, state__in=DUE_STATES).update(
-        state=JobState.CANCELLED, finished_at=now, lease_expires_at=None
-    )
-    leased = Job.objects.filter(
-        id__in=ids, state__in=LEASED_STATES, cancel_requested_at__isnull=True
-    ).update(cancel_requested_at=now)
-    return waiting + leased
-
-
-def _run_now(ids: Sequence[int]) -> int:
-    """scheduled|failed: run_at moved to now (job_run_now)."""
-    return Job.objects.filter(id__in=ids, state__in=DUE_STATES).update(run_at=timezone.now())
+    """As job_cancel: waiting jobs cancelled, claimed or running ones asked to stop."""
+    return job_cancel_waiting_many(ids=ids) + job_cancel_request_many(ids=ids)
 
 
 ACTIONS = {
-    "retry": BulkAction(Q(state__in=RETRYABLE_STATES), _retry),
-    "cancel": BulkAction(
-        Q(state__in=DUE_STATES) | Q(state__in=LEASED_STATES, cancel_requested_at__isnull=True),
-        _cancel,
-    ),
-    "run_now": BulkAction(Q(state__in=DUE_STATES), _run_now),
+    "retry": BulkAction(RETRYABLE, lambda ids: job_retry_many(ids=ids, run_at=timezone.now())),
+    "cancel": BulkAction(WAITING | CANCEL_ASKABLE, _cancel),
+    "run_now": BulkAction(WAITING, lambda ids: job_run_now_many(ids=ids)),
 }
 
 

@@ -1,11 +1,15 @@
-"""Jobs one by one: schedule, cancel, retry, run now. Bad input raises JobInputError and
-stores nothing."""
+"""Jobs one by one: schedule, cancel, retry, run now; and the set-based owner of each
+operator's transition, which the single-job actions and the bulk action share. Bad input
+raises JobInputError and stores nothing."""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
+from django.db.models import F, Q
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from tasksapp.engine.models import Delivery, Job, JobState
@@ -233,14 +237,55 @@ def _get(job_id: int) -> Job:
     return job
 
 
+# The jobs each operator's action may change: the guards of the owners below, also read
+# by the bulk action's dry run.
+RETRYABLE = Q(state__in=RETRYABLE_STATES)
+WAITING = Q(state__in=DUE_STATES)
+CANCEL_ASKABLE = Q(state__in=LEASED_STATES, cancel_requested_at__isnull=True)
+
+# --- the owners: each transition of an operator's, set-based --------------------------
+
+
+def job_retry_many(*, ids: Sequence[int], run_at: dt.datetime) -> int:
+    """dead|lost|cancelled|failed → scheduled at `run_at`, with one more attempt allowed
+    than used, for each of `ids` in such a state; how many moved."""
+    return Job.objects.filter(RETRYABLE, id__in=ids).update(
+        state=JobState.SCHEDULED,
+        run_at=run_at,
+        finished_at=None,
+        claimed_by="",
+        lease_expires_at=None,
+        cancel_requested_at=None,
+        max_attempts=Greatest(F("max_attempts"), F("attempts") + 1),
+    )
+
+
+def job_cancel_waiting_many(*, ids: Sequence[int]) -> int:
+    """scheduled|failed → cancelled for each of `ids` in such a state; how many."""
+    return Job.objects.filter(WAITING, id__in=ids).update(
+        state=JobState.CANCELLED, finished_at=timezone.now(), lease_expires_at=None
+    )
+
+
+def job_cancel_request_many(*, ids: Sequence[int]) -> int:
+    """A cancel requested of each of `ids` claimed or running and not asked yet: its
+    worker stops the handler where it checks; how many were asked."""
+    return Job.objects.filter(CANCEL_ASKABLE, id__in=ids).update(cancel_requested_at=timezone.now())
+
+
+def job_run_now_many(*, ids: Sequence[int]) -> int:
+    """The run time of each of `ids` waiting (scheduled|failed) moved to now, its state
+    kept; how many. The jobs table's trigger tells the dispatchers at once."""
+    return Job.objects.filter(WAITING, id__in=ids).update(run_at=timezone.now())
+
+
+# --- one job -------------------------------------------------------------------------
+
+
 def job_cancel_waiting(*, job_id: int) -> bool:
     """scheduled|failed → cancelled; False (and nothing asked) for a job in any other
     state. For callers that must not interrupt a job already claimed or running."""
-    return bool(
-        Job.objects.filter(id=job_id, state__in=DUE_STATES).update(
-            state=JobState.CANCELLED, finished_at=timezone.now(), lease_expires_at=None
-        )
-    )
+    return bool(job_cancel_waiting_many(ids=[job_id]))
 
 
 CANCEL_TRIES = 3  # a job may move between waiting and leased while it is cancelled
@@ -253,14 +298,7 @@ def job_cancel(*, job_id: int) -> Job:
     the job ends cancelled; a handler that never checks finishes, or ends at its time
     limit. Cancelling again changes nothing."""
     for _ in range(CANCEL_TRIES):
-        now = timezone.now()
-        if Job.objects.filter(id=job_id, state__in=DUE_STATES).update(
-            state=JobState.CANCELLED, finished_at=now, lease_expires_at=None
-        ):
-            break
-        if Job.objects.filter(
-            id=job_id, state__in=LEASED_STATES, cancel_requested_at__isnull=True
-        ).update(cancel_requested_at=now):
+        if job_cancel_waiting_many(ids=[job_id]) or job_cancel_request_many(ids=[job_id]):
             break
         job = _get(job_id)
         asked = job.state in LEASED_STATES and job.cancel_requested_at is not None
@@ -275,19 +313,8 @@ def job_retry(*, job_id: int, run_at: dt.datetime | None = None) -> Job:
     """dead|lost|cancelled|failed → scheduled at `run_at` (default now), with one more
     attempt allowed than it has used."""
     when = _validated_run_at(run_at) if run_at is not None else timezone.now()
-    job = _get(job_id)
-    moved = Job.objects.filter(
-        id=job_id, state__in=RETRYABLE_STATES, state__exact=job.state
-    ).update(
-        state=JobState.SCHEDULED,
-        run_at=when,
-        finished_at=None,
-        claimed_by="",
-        lease_expires_at=None,
-        cancel_requested_at=None,
-        max_attempts=max(job.max_attempts, job.attempts + 1),
-    )
-    if not moved:
+    _get(job_id)
+    if not job_retry_many(ids=[job_id], run_at=when):
         raise JobInputError(ERR_RETRY_STATE.format(job_id=job_id, state=_get(job_id).state))
     return _get(job_id)
 
@@ -295,7 +322,7 @@ def job_retry(*, job_id: int, run_at: dt.datetime | None = None) -> Job:
 def job_run_now(*, job_id: int) -> Job:
     """Move the run time of a waiting (scheduled|failed) job to now; its state stays.
     The jobs table's trigger tells the dispatchers at once."""
-    moved = Job.objects.filter(id=job_id, state__in=DUE_STATES).update(run_at=timezone.now())
+    moved = job_run_now_many(ids=[job_id])
     job = _get(job_id)
     if not moved:
         raise JobInputError(ERR_RUN_NOW_STATE.format(job_id=job_id, state=job.state))
