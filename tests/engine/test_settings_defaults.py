@@ -104,3 +104,36 @@ def test_a_worker_serves_the_default_queue_and_the_backends_queues(settings):
     }
     assert served_queues(None) == ["default", "mail"]
     assert served_queues("reports, default") == ["reports", "default"]
+
+
+def test_without_a_project_app_tempo_makes_its_own_from_the_celery_settings(settings):
+    from celery import _state
+
+    from schedapp.celery import app as project_app
+    from tasksapp.engine.worker.celery_app import _own_app, _project_app
+
+    assert _project_app() is project_app  # the current app: the project's
+    before = _state._tls.current_app
+    _state._tls.current_app = None
+    try:
+        assert _project_app() is None
+    finally:
+        _state._tls.current_app = before
+    settings.CELERY_WORKER_PREFETCH_MULTIPLIER = 3
+    del settings.CELERY_DB_REUSE_MAX
+    own = _own_app()
+    assert own.main == "tempo" and own.conf.worker_prefetch_multiplier == 3
+    assert own.conf.get("CELERY_DB_REUSE_MAX") == 1_000_000  # connections kept
+
+
+def test_tempo_celery_app_names_the_project_app(settings):
+    from tasksapp.engine.worker.celery_app import ERR_APP_SETTING, _project_app
+
+    settings.TEMPO_CELERY_APP = "schedapp.celery.app"
+    from schedapp.celery import app
+
+    assert _project_app() is app
+    settings.TEMPO_CELERY_APP = "schedapp.celery.os"
+    with pytest.raises(ImproperlyConfigured) as refused:
+        _project_app()
+    assert str(refused.value) == ERR_APP_SETTING.format(reason="schedapp.celery.os is a module")

@@ -32,6 +32,7 @@ TASK_MODULES = (
     "tasksapp.schedules.tasks",
 )
 OWN_APP_NAME = "tempo"
+DB_REUSE_MAX = 1_000_000  # connections closed only by close_old_connections (CONN_MAX_AGE)
 ERR_APP_SETTING = "TEMPO_CELERY_APP must name a Celery app ('proj.celery.app'): {reason}."
 ERR_NO_BROKER = (
     "Tempo needs a message broker: set CELERY_BROKER_URL (for example "
@@ -77,9 +78,13 @@ def _project_app() -> Celery | None:
 
 
 def _own_app() -> Celery:
-    """Tempo's app, configured from the project's CELERY_* settings."""
+    """Tempo's app, configured from the project's CELERY_* settings. Unless the project
+    says otherwise, a task keeps the worker's database connections (Celery's Django
+    fixup would close them all after every task: a new connection for every batch)."""
     app = Celery(OWN_APP_NAME, set_as_current=False)
     app.config_from_object("django.conf:settings", namespace="CELERY")
+    if getattr(settings, "CELERY_DB_REUSE_MAX", None) is None:
+        app.conf["CELERY_DB_REUSE_MAX"] = DB_REUSE_MAX
     return app
 
 

@@ -1,6 +1,8 @@
 """`manage.py tempo_worker`: a Celery worker for Tempo's jobs, on the project's Celery app
 (or Tempo's own), consuming the Celery queues of the Tempo queues it serves."""
 
+import os
+
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
@@ -43,7 +45,7 @@ class Command(BaseCommand):
         parser.add_argument("--pool", choices=POOLS, default="threads")
         parser.add_argument("--concurrency", type=int, default=4)
         parser.add_argument("--loglevel", default="INFO")
-        parser.add_argument("--hostname", help="Celery node name (default: tempo@<host>).")
+        parser.add_argument("--hostname", help="Celery node name (default: tempo-<pid>@<host>).")
 
     def handle(self, *args, queues, pool, concurrency, loglevel, hostname, **options):
         app = tempo_app()
@@ -55,5 +57,5 @@ class Command(BaseCommand):
         celery_queues = [settings.celery_queue(name) for name in served_queues(queues)]
         argv = ["worker", "-Q", ",".join(celery_queues), "-P", pool, "-c", str(concurrency)]
         argv += ["--loglevel", loglevel, "--prefetch-multiplier", "1"]
-        argv += ["--hostname", hostname or "tempo@%h"]
+        argv += ["--hostname", hostname or f"tempo-{os.getpid()}@%h"]  # one name each
         app.worker_main(argv)
