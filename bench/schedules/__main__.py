@@ -61,6 +61,7 @@ def unplanned(count: int, *, now: dt.datetime, mix=MIX, prefix: str = "s") -> No
                     timezone=ZONES[i % len(ZONES)],
                     delivery="at_least_once",
                     planned_until=now,
+                    next_fire_at=now,
                     created_at=now,
                 )
             )
@@ -83,6 +84,7 @@ def staggered(count: int, *, now: dt.datetime) -> None:
             start_at=now + i * step,
             delivery="at_least_once",
             planned_until=now,
+            next_fire_at=now,
             created_at=now,
         )
         for i in range(count)
@@ -95,6 +97,7 @@ def staggered(count: int, *, now: dt.datetime) -> None:
             timezone=ZONES[i % len(ZONES)],
             delivery="at_least_once",
             planned_until=now,
+            next_fire_at=now,
             created_at=now,
         )
         for i in range(20)

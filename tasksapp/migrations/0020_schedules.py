@@ -65,11 +65,12 @@ class Migration(migrations.Migration):
                 ('concurrency_key', models.CharField(blank=True, default='', max_length=200)),
                 ('active', models.BooleanField(default=True)),
                 ('planned_until', models.DateTimeField(help_text='Fire times up to here are decided.')),
+                ('next_fire_at', models.DateTimeField(blank=True, help_text='The first fire time after planned_until (none: ended).', null=True)),
                 ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
                 ('updated_at', models.DateTimeField(auto_now=True)),
             ],
             options={
-                'indexes': [models.Index(condition=models.Q(('active', True)), fields=['planned_until'], name='schedule_due_idx')],
+                'indexes': [models.Index(condition=models.Q(('active', True)), fields=['next_fire_at'], name='schedule_due_idx')],
                 'constraints': [models.CheckConstraint(condition=models.Q(models.Q(('cron', ''), ('every__isnull', False)), models.Q(models.Q(('cron', ''), _negated=True), ('every__isnull', True)), _connector='OR'), name='schedule_cron_xor_every'), models.CheckConstraint(condition=models.Q(('priority__gte', 0), ('priority__lte', 9)), name='schedule_priority_0_9')],
             },
         ),

@@ -59,15 +59,17 @@ class Schedule(models.Model):
 
     active = models.BooleanField(default=True)
     planned_until = models.DateTimeField(help_text="Fire times up to here are decided.")
+    next_fire_at = models.DateTimeField(
+        null=True, blank=True, help_text="The first fire time after planned_until (none: ended)."
+    )
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         indexes = [
-            # Serves the planner: active schedules by how far they are planned.
-            models.Index(
-                fields=["planned_until"], name="schedule_due_idx", condition=Q(active=True)
-            )
+            # Serves the planner: the active schedules with a fire time to decide, and
+            # only those (an hourly schedule is read once an hour, not every minute).
+            models.Index(fields=["next_fire_at"], name="schedule_due_idx", condition=Q(active=True))
         ]
         constraints = [
             models.CheckConstraint(

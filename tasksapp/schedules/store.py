@@ -22,6 +22,15 @@ ON CONFLICT (schedule_id, fire_at) DO NOTHING
 """
 
 
+UPDATE_PLANNED = """
+UPDATE tasksapp_schedule AS s
+   SET planned_until = p.planned_until, next_fire_at = p.next_fire_at
+  FROM unnest(%(ids)s::bigint[], %(planned)s::timestamptz[], %(next)s::timestamptz[])
+       AS p(id, planned_until, next_fire_at)
+ WHERE s.id = p.id
+"""
+
+
 @dataclass
 class NewRun:
     schedule_id: int
@@ -52,3 +61,26 @@ def insert_runs(runs: list[NewRun]) -> None:
     }
     with connection.cursor() as cursor:
         cursor.execute(INSERT_RUNS, params)
+
+
+def update_planned(rows: list[tuple[int, dt.datetime, dt.datetime | None]]) -> None:
+    """Each (schedule id, planned_until, next_fire_at) written: one statement on
+    PostgreSQL, one per distinct pair elsewhere."""
+    if not rows:
+        return
+    if connection.vendor != "postgresql":
+        from tasksapp.schedules.models import Schedule
+
+        groups: dict[tuple, list[int]] = {}
+        for schedule_id, planned, upcoming in rows:
+            groups.setdefault((planned, upcoming), []).append(schedule_id)
+        for (planned, upcoming), ids in groups.items():
+            Schedule.objects.filter(id__in=ids).update(planned_until=planned, next_fire_at=upcoming)
+        return
+    params = {
+        "ids": [row[0] for row in rows],
+        "planned": [row[1] for row in rows],
+        "next": [row[2] for row in rows],
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(UPDATE_PLANNED, params)

@@ -78,7 +78,7 @@ def test_planning_again_or_from_a_stale_point_makes_no_second_job():
         assert len(jobs_of(schedule)) == 60
         assert schedules_plan_due().jobs == 0  # planned up to the horizon already
         # a planner that read an old planned_until decides the same fire times again
-        Schedule.objects.filter(id=schedule.id).update(planned_until=now)
+        Schedule.objects.filter(id=schedule.id).update(planned_until=now, next_fire_at=now)
         summary = schedules_plan_due()
     assert summary.schedules == 1 and summary.jobs == 0
     assert len(jobs_of(schedule)) == 60 and len(runs_of(schedule)) == 60
@@ -249,7 +249,38 @@ def test_the_beat_task_plans_and_removes_runs_past_their_age(settings):
         old = schedule_create(name="old", handler=HANDLER, cron="*/5 * * * *")
     ScheduleRun.objects.filter(schedule=old).update(decided_at=utc(2026, 5, 30))
     kept = len(runs_of(old))
-    with time_machine.travel(utc(2026, 6, 1, 12, 1), tick=False):
+    with time_machine.travel(utc(2026, 6, 1, 12, 6), tick=False):  # 12:15 is due by 12:16
         result = plan_schedules_task()
-    assert result["runs_removed"] == kept == 2 and result["schedules"] == 1
+    assert result["runs_removed"] == kept == 2 and result["schedules"] == result["jobs"] == 1
     assert all(run.decided_at > utc(2026, 5, 31) for run in runs_of(old))
+
+
+def test_the_planner_reads_only_schedules_with_a_fire_time_due(settings):
+    settings.TEMPO_SCHEDULES = {"HORIZON_SECONDS": 300}
+    with time_machine.travel(utc(2026, 6, 1, 12, 0, 30), tick=False):
+        hourly = schedule_create(name="hourly", handler=HANDLER, cron="0 * * * *")
+        minutely = schedule_create(name="minutely", handler=HANDLER, cron="* * * * *")
+    assert hourly.next_fire_at == utc(2026, 6, 1, 13) and len(jobs_of(hourly)) == 0
+    assert minutely.next_fire_at == utc(2026, 6, 1, 12, 6)
+    with time_machine.travel(utc(2026, 6, 1, 12, 1, 30), tick=False):
+        summary = schedules_plan_due()
+    assert summary.schedules == 1 and summary.jobs == 1  # the hourly one is not read
+    with time_machine.travel(utc(2026, 6, 1, 12, 55), tick=False):
+        schedules_plan_due()
+    assert [job.run_at for job in jobs_of(hourly)] == [utc(2026, 6, 1, 13)]
+    hourly.refresh_from_db()
+    assert hourly.next_fire_at == utc(2026, 6, 1, 14)
+
+
+def test_a_schedule_past_its_end_is_read_no_more():
+    with time_machine.travel(utc(2026, 6, 1, 12), tick=False):
+        ending = schedule_create(
+            name="ending", handler=HANDLER, cron="* * * * *", end_at=utc(2026, 6, 1, 12, 2)
+        )
+    assert [job.run_at for job in jobs_of(ending)] == [
+        utc(2026, 6, 1, 12, 1),
+        utc(2026, 6, 1, 12, 2),
+    ]
+    assert ending.next_fire_at is None
+    with time_machine.travel(utc(2026, 6, 1, 12, 30), tick=False):
+        assert schedules_plan_due().schedules == 0

@@ -2,6 +2,7 @@
 input a 400 naming its field, viewers refused (and the refusal recorded)."""
 
 import datetime as dt
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.auth.models import User
@@ -175,5 +176,7 @@ def test_admin_adds_and_edits_through_the_services():
     response = client.post("/admin/tasksapp/schedule/add/", form)
     assert response.status_code == 302, response.content.decode()[:2000]
     schedule = Schedule.objects.get(name="from-admin")
-    assert schedule.planned_until > timezone.now()  # planned at once, by the service
+    # decided by the service: its next fire time is the next 03:00 in Berlin
+    assert schedule.next_fire_at > timezone.now()
+    assert schedule.next_fire_at.astimezone(ZoneInfo("Europe/Berlin")).hour == 3
     assert audit("schedule_create")[0].via == "admin"

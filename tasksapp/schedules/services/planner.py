@@ -21,7 +21,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q
 from django.utils import timezone
 
 from tasksapp.engine.models import Job
@@ -39,7 +38,7 @@ from tasksapp.schedules.models import (
 )
 from tasksapp.schedules.selectors import schedule_rule
 from tasksapp.schedules.settings import schedule_settings
-from tasksapp.schedules.store import NewRun, insert_runs
+from tasksapp.schedules.store import NewRun, insert_runs, update_planned
 
 
 @dataclass(frozen=True)
@@ -54,6 +53,14 @@ class FireDecision:
 class FirePlan:
     decisions: list[FireDecision]
     planned_until: dt.datetime
+    next_fire: dt.datetime | None  # the first fire time after planned_until; None: ended
+
+
+FOREVER = dt.datetime.max.replace(tzinfo=dt.UTC) - dt.timedelta(days=2)
+
+
+def next_fire_after(rule: FireRule, after: dt.datetime) -> dt.datetime | None:
+    return next(iter(rule.fires(after=after, until=FOREVER)), None)
 
 
 def fires_decided(
@@ -79,9 +86,14 @@ def fires_decided(
             details = {"outside_window": True, "skipped_through": window_start.isoformat()}
             decisions.append(FireDecision(old[0], RunOutcome.SKIPPED_MISSED, None, details))
         after = window_start
-    fires = fires_between(rule, after=after, until=until, limit=limit + 1)
-    truncated = len(fires) > limit
-    fires = fires[:limit]
+    fires: list[dt.datetime] = []
+    next_fire = None
+    for fire in rule.fires(after=after, until=FOREVER):
+        if fire > until or len(fires) >= limit:
+            next_fire = fire  # the first one this pass leaves undecided
+            break
+        fires.append(fire)
+    truncated = next_fire is not None and next_fire <= until
     late = now - grace
     missed = [fire for fire in fires if fire < late]
     upcoming = fires[len(missed) :]
@@ -89,7 +101,7 @@ def fires_decided(
     for fire in upcoming:
         run_at = fire + jitter_offset(schedule_id=schedule_id, fire=fire, jitter=jitter)
         decisions.append(FireDecision(fire, RunOutcome.PLANNED, run_at))
-    return FirePlan(decisions, fires[-1] if truncated else until)
+    return FirePlan(decisions, fires[-1] if truncated else until, next_fire)
 
 
 def _missed_decided(
@@ -157,6 +169,7 @@ def _plan_batch(batch: list[Schedule], *, now: dt.datetime, summary: PlanSummary
     runs: list[NewRun] = []
     jobs: list[NewJob] = []
     keys: list[str | None] = []  # each run's job key (None: no job)
+    planned: list[tuple[int, dt.datetime, dt.datetime | None]] = []
     for schedule in batch:
         plan = fires_decided(
             rule=schedule_rule(schedule=schedule),
@@ -180,16 +193,14 @@ def _plan_batch(batch: list[Schedule], *, now: dt.datetime, summary: PlanSummary
             keys.append(key)
             summary.caught_up += decision.outcome == RunOutcome.CAUGHT_UP
             summary.skipped += decision.outcome == RunOutcome.SKIPPED_MISSED
-        schedule.planned_until = max(plan.planned_until, schedule.planned_until)
+        planned.append(
+            (schedule.id, max(plan.planned_until, schedule.planned_until), plan.next_fire)
+        )
     ids = _insert_jobs(jobs, summary)
     for run, key in zip(runs, keys, strict=True):
         run.job_id = ids.get(key) if key is not None else None
     insert_runs(runs)
-    by_value: dict[dt.datetime, list[int]] = {}
-    for schedule in batch:  # most share one value (now + horizon): one UPDATE each
-        by_value.setdefault(schedule.planned_until, []).append(schedule.id)
-    for planned_until, ids_planned in by_value.items():
-        Schedule.objects.filter(id__in=ids_planned).update(planned_until=planned_until)
+    update_planned(planned)
     summary.schedules += len(batch)
 
 
@@ -208,11 +219,19 @@ def _insert_jobs(jobs: list[NewJob], summary: PlanSummary) -> dict[str, int]:
 
 
 def _due(until: dt.datetime):
-    return (
-        Schedule.objects.filter(active=True, planned_until__lt=until)
-        .filter(Q(end_at__isnull=True) | Q(end_at__gt=F("planned_until")))
-        .order_by("planned_until")
+    """The active schedules with a fire time to decide by `until`."""
+    return Schedule.objects.filter(active=True, next_fire_at__lte=until).order_by("next_fire_at")
+
+
+def schedule_next_fire_refresh(*, schedule_id: int) -> Schedule:
+    """Recompute the first fire time after planned_until (the rule or planned_until
+    changed: created, edited, resumed)."""
+    schedule = Schedule.objects.get(id=schedule_id)
+    schedule.next_fire_at = next_fire_after(
+        schedule_rule(schedule=schedule), schedule.planned_until
     )
+    Schedule.objects.filter(id=schedule_id).update(next_fire_at=schedule.next_fire_at)
+    return schedule
 
 
 def schedules_plan_due(*, now: dt.datetime | None = None) -> PlanSummary:

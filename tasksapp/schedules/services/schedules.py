@@ -33,7 +33,7 @@ from tasksapp.schedules.models import (
 )
 
 from .errors import ScheduleInputError
-from .planner import PlanSummary, schedule_job, schedule_plan
+from .planner import PlanSummary, schedule_job, schedule_next_fire_refresh, schedule_plan
 
 ERR_NAME = "name must be a non-empty string of at most 100 characters."
 ERR_NAME_TAKEN = "a schedule named {name!r} already exists."
@@ -201,6 +201,7 @@ def schedule_create(
                 schedule = Schedule.objects.create(**values, planned_until=now, created_at=now)
         except IntegrityError as exc:
             raise ScheduleInputError(ERR_NAME_TAKEN.format(name=values["name"])) from exc
+        schedule_next_fire_refresh(schedule_id=schedule.id)
         schedule_plan(schedule_id=schedule.id, now=now)
     schedule.refresh_from_db()
     return schedule
@@ -244,6 +245,7 @@ def schedule_update(*, schedule_id: int, **changes: Any) -> Schedule:
             _rearm(schedule)
         elif schedule.active and not values["active"]:
             _cancel_waiting(schedule, by="pause")
+        schedule_next_fire_refresh(schedule_id=schedule.id)
         schedule_plan(schedule_id=schedule.id)
     return Schedule.objects.get(id=schedule.id)
 
