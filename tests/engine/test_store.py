@@ -332,7 +332,7 @@ def test_an_insert_stores_new_rows_with_the_defaults_and_skips_taken_keys(store)
 
 
 def test_job_schedule_returns_the_row_it_stored_or_the_one_with_its_key(store, monkeypatch):
-    monkeypatch.setattr(services, "job_store", lambda: store)
+    monkeypatch.setattr(services.jobs, "job_store", lambda: store)
     run_at = timezone.now() + dt.timedelta(minutes=5)
     job = services.job_schedule(handler=HANDLER, run_at=run_at, time_limit=3, payload={"n": 1})
     stored = Job.objects.get(id=job.id)
