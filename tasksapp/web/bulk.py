@@ -11,7 +11,7 @@ changes nothing and records nothing, as a refused action.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -62,7 +62,7 @@ def job_bulk_action_by_command(
     action: str,
     filter: Mapping[str, Any],
     dry_run: bool,
-    on_chunk=None,
+    on_chunk: Callable[[BulkResult], None] | None = None,
 ) -> BulkResult:
     """job_bulk_action from manage.py, recorded under `username`: whoever runs it has
     the database already, so no role is asked for."""
@@ -77,8 +77,18 @@ def job_bulk_action_by_command(
     )
 
 
-def _bulk_recorded(*, user, username, via, action, filter, dry_run, on_chunk=None, **options):
-    progress: list[BulkResult] = []
+def _bulk_recorded(
+    *,
+    user: Any,
+    username: str | None,
+    via: str,
+    action: str,
+    filter: Mapping[str, Any],
+    dry_run: bool,
+    on_chunk: Callable[[BulkResult], None] | None = None,
+    **options: Any,
+) -> BulkResult:
+    progress: list[BulkResult] = []  # the totals after the last chunk
 
     def heard(result: BulkResult) -> None:
         progress[:] = [result]
@@ -98,7 +108,14 @@ def _bulk_recorded(*, user, username, via, action, filter, dry_run, on_chunk=Non
     return result
 
 
-def _record(user, username, via, result: BulkResult, filter, interrupted: str = "") -> None:
+def _record(
+    user: Any,
+    username: str | None,
+    via: str,
+    result: BulkResult,
+    filter: Mapping[str, Any],
+    interrupted: str = "",
+) -> None:
     details = {
         "filter": _recorded_filter(filter),
         "matched": result.matched,
