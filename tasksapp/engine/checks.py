@@ -61,6 +61,14 @@ H_NO_LOCKOUT = (
     "'axes.backends.AxesStandaloneBackend' first in AUTHENTICATION_BACKENDS (as "
     "schedapp/settings.py does), or protect the login another way."
 )
+W_NO_CSP = (
+    "Pages are served without a Content-Security-Policy: django-csp's middleware is not "
+    "in MIDDLEWARE. The dashboard needs no inline script or style, so a strict policy fits."
+)
+H_NO_CSP = (
+    "Add 'csp' to INSTALLED_APPS and 'csp.middleware.CSPMiddleware' to MIDDLEWARE with a "
+    "CONTENT_SECURITY_POLICY such as schedapp/settings.py's."
+)
 W_LOGIN_URL = "LOGIN_URL ({url}) answers no URL: the dashboard sends anonymous users there."
 H_LOGIN_URL = "Set LOGIN_URL = 'dashboard:login' (Tempo's login page) or mount a login view."
 W_NO_BROKER = "No message broker is set: Tempo's dispatchers and workers cannot start."
@@ -76,6 +84,15 @@ def check_login_lockout(app_configs=None, **kwargs) -> list[Warning]:
     if "axes" in settings.INSTALLED_APPS or "axes.apps.AppConfig" in settings.INSTALLED_APPS:
         return []
     return [Warning(W_NO_LOCKOUT, hint=H_NO_LOCKOUT, id="tempo.W010")]
+
+
+@register(Tags.security)
+def check_content_security_policy(app_configs=None, **kwargs) -> list[Warning]:
+    from django.conf import settings
+
+    if "csp.middleware.CSPMiddleware" in settings.MIDDLEWARE:
+        return []
+    return [Warning(W_NO_CSP, hint=H_NO_CSP, id="tempo.W013")]
 
 
 @register(Tags.urls)

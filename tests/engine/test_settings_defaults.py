@@ -66,6 +66,12 @@ def test_a_project_without_login_lockout_is_told_not_stopped(settings):
     assert isinstance(found, Warning) and found.id == "tempo.W010"
 
 
+def test_a_project_without_a_content_security_policy_is_told(settings):
+    assert checks.check_content_security_policy() == []  # schedapp sets one
+    settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if m != "csp.middleware.CSPMiddleware"]
+    assert [m.id for m in checks.check_content_security_policy()] == ["tempo.W013"]
+
+
 def test_a_login_url_that_answers_nothing_is_reported(settings):
     settings.LOGIN_URL = "/accounts/login/"
     assert [m.id for m in checks.check_login_url()] == ["tempo.W011"]
