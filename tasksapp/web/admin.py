@@ -39,9 +39,11 @@ from tasksapp.engine.queues import queue_configure, routing_degrade
 from tasksapp.engine.services import JobInputError, job_schedule
 from tasksapp.recurring.models import FreeOrdinal, Member, RecurringTask, SlicePlan
 from tasksapp.recurring.services import (
+    MAX_MEMBER_IDS,
     PlanningInputError,
     member_create,
     member_delete,
+    member_delete_many,
     recurring_task_create,
     recurring_task_update,
 )
@@ -393,8 +395,9 @@ class MemberAdmin(OperateMixin, DeclaredFiltersAdmin):
         member_delete(member=obj)  # cancels its waiting jobs and frees its ordinal
 
     def delete_queryset(self, request, queryset):
-        for member in queryset:
-            member_delete(member=member)
+        ids = list(queryset.values_list("id", flat=True))
+        for start in range(0, len(ids), MAX_MEMBER_IDS):  # set-based, waiting jobs included
+            member_delete_many(member_ids=ids[start : start + MAX_MEMBER_IDS])
 
     deactivate_members = _operator_action(
         member_deactivate_audited,

@@ -276,6 +276,14 @@ MATRIX: list[Row] = [
         body={"external_id": "matrix-new"},
         action="member_create",
     ),
+    Row(
+        "api:members-batch",
+        "POST",
+        "operate",
+        API_WRITE_OK,
+        body={"action": "deactivate", "ids": ["@member"]},
+        action="members_batch",
+    ),
     Row("api:member", "GET", "view", API_READ, {"member_id": "member"}),
     Row(
         "api:member-deactivate",

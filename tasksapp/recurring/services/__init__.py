@@ -12,6 +12,7 @@ harmless.
 
 from .errors import PlanningInputError
 from .members import (
+    MAX_MEMBER_IDS,
     MemberBatch,
     member_activate,
     member_activate_many,
@@ -26,6 +27,7 @@ from .recurring_tasks import UNCHANGED, recurring_task_create, recurring_task_up
 from .slices import PlanningSummary, job_key_prefix, plan_due_slices, slice_plan
 
 __all__ = [
+    "MAX_MEMBER_IDS",
     "UNCHANGED",
     "MemberBatch",
     "PlanningInputError",

@@ -19,6 +19,7 @@ API_WRITES = {
     "graph-jobs": ("graph_job_create", "job", None),
     "graph-job-cancel": ("cancel_graph", "job", "job_id"),
     "members": ("member_create", "member", None),
+    "members-batch": ("members_batch", "members", None),
     "member-deactivate": ("deactivate", "member", "member_id"),
     "member-activate": ("activate", "member", "member_id"),
     "tasks": ("recurring_task_create", "recurring_task", None),

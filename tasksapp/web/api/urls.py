@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
-from . import bulk, health, schedules, views
+from . import bulk, health, members, schedules, views
 from .errors import api_not_found
 from .permissions import ViewOrOperate
 
@@ -23,6 +23,7 @@ urlpatterns = [
     ),
     path("graph-jobs/<int:job_id>/wait/", views.GraphJobWaitView.as_view(), name="graph-job-wait"),
     path("members/", views.MemberListView.as_view(), name="members"),
+    path("members/batch/", members.MemberBatchView.as_view(), name="members-batch"),
     path("members/<int:member_id>/", views.MemberDetailView.as_view(), name="member"),
     path(
         "members/<int:member_id>/deactivate/",
