@@ -1,6 +1,7 @@
 """The embedded default (`manage.py runall`, what bin/run starts): on SQLite and the
-filesystem broker the demo jobs run, the admin answers, SIGTERM stops every child, and
-a child that dies takes the others down with it."""
+filesystem broker the demo jobs run, the admin answers, the generated admin password is
+shown twice and kept for its owner only, SIGTERM stops every child, and a child that dies
+takes the others down with it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import signal
 import socket
 import sqlite3
+import stat
 import subprocess
 import sys
 import time
@@ -136,6 +138,17 @@ def test_runall_runs_demo_jobs_serves_admin_and_stops_all_children(run):
     wait_for(run, "/admin/login/ did not answer 200", lambda: http_status(login_page) == 200)
     assert http_status(run.url("/static/admin/css/base.css")) == 200
     assert http_status(run.url("/")) == 200  # redirected to the admin's login page
+
+    def announced() -> str:
+        log = run.log.read_text()
+        return log if "stop with Ctrl-C" in log else ""
+
+    log = wait_for(run, "no start-up announcement", announced)
+    kept = run.database.parent / "admin-password"
+    password = kept.read_text().strip()
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    assert log.count(f"user admin, password {password}") == 2  # when made, and at the end
+    assert "worker: threads pool. A handler past its time limit" in log
 
     run.children = descendants(run.proc.pid)
     assert len(run.children) >= 4, "web, dispatcher, worker and beat"
