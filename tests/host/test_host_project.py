@@ -22,6 +22,7 @@ import site
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import environ
@@ -90,6 +91,24 @@ def build_wheel(tmp_path: Path) -> Path:
     )
     (wheel,) = wheels.glob("tempo_scheduler-*.whl")
     return wheel
+
+
+def test_the_wheel_holds_templates_static_files_migrations_and_commands(tmp_path):
+    names = set(zipfile.ZipFile(build_wheel(tmp_path)).namelist())
+    for name in (
+        "tasksapp/templates/base.html",
+        "tasksapp/templates/dashboard/overview.html",
+        "tasksapp/templates/registration/login.html",
+        "tasksapp/static/dashboard/dashboard.css",
+        "tasksapp/static/vendor/chart-4.5.0.umd.min.js",
+        "tasksapp/migrations/0001_jobs.py",
+        "tasksapp/management/commands/tempo_worker.py",
+        "tasksapp/management/commands/tempo_dispatcher.py",
+        "tasksapp/templatetags/tempo.py",
+    ):
+        assert name in names, name
+    # The error pages are the standalone deployment's, not imposed on a project.
+    assert "tasksapp/templates/404.html" not in names
 
 
 def make_venv(tmp_path: Path, wheel: Path) -> Path:
