@@ -143,3 +143,21 @@ def test_tempo_celery_app_names_the_project_app(settings):
     with pytest.raises(ImproperlyConfigured) as refused:
         _project_app()
     assert str(refused.value) == ERR_APP_SETTING.format(reason="schedapp.celery.os is a module")
+
+
+def test_no_broker_is_a_clear_error_before_any_process_starts(settings, monkeypatch):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    from tasksapp.engine.worker import celery_app
+
+    monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
+    settings.CELERY_BROKER_URL = ""
+    bare = Celery("bare", set_as_current=False)
+    with pytest.raises(ImproperlyConfigured) as refused:
+        celery_app.broker_url(bare)
+    assert str(refused.value) == celery_app.ERR_NO_BROKER
+    monkeypatch.setattr(celery_app, "_app", bare)
+    for command in ("tempo_dispatcher", "tempo_worker", "tempo_beat"):
+        with pytest.raises(CommandError, match="Tempo needs a message broker"):
+            call_command(command)
