@@ -46,6 +46,8 @@ __all__ = [
     "job_fail",
     "job_poll_due",
     "job_reap_expired",
+    "job_expire_claims_of_dead_dispatchers",
+    "job_expire_lost_claims",
     "job_release",
     "job_renew",
     "job_snooze",
@@ -153,6 +155,18 @@ def job_reap_expired(
         waiting=waiting,
         ttl=ttl,
     )
+
+
+def job_expire_claims_of_dead_dispatchers() -> int:
+    """End the leases of the unstarted claims of dispatchers that died: the reaper returns
+    them now, not when their leases would have run out."""
+    return job_store().expire_claims_of_dead_dispatchers()
+
+
+def job_expire_lost_claims(*, owner: str, waiting: Sequence[int], settle: float) -> int:
+    """After a worker's death: end the leases of `owner`'s claims its messages no longer
+    carry to anyone (taken by the dead worker, never started)."""
+    return job_store().expire_lost_claims(owner=owner, waiting=waiting, settle=settle)
 
 
 def job_expire_dead_workers(*, grace: float) -> list[str]:

@@ -48,7 +48,8 @@ def test_slow_handlers_backlog_runs_every_job_once_without_reclaiming(cluster, s
     cluster.worker("w1", concurrency=2)
     _workers_ready(sql)
     total = 160
-    insert_jobs(sql, count=total, start=1, spread=0.1, handler="tests.handlers.recording.record_slowly")
+    slow = "tests.handlers.recording.record_slowly"
+    insert_jobs(sql, count=total, start=1, spread=0.1, handler=slow)
     sql.execute("UPDATE tasksapp_job SET payload = '{\"seconds\": 0.3}'")
     _all_succeeded(sql, total, timeout=120)
     counts = effect_counts(sql)

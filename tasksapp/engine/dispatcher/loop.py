@@ -53,7 +53,9 @@ from tasksapp.engine.transitions import (
     Claim,
     job_claim_due,
     job_claim_limited,
+    job_expire_claims_of_dead_dispatchers,
     job_expire_dead_workers,
+    job_expire_lost_claims,
     job_reap_expired,
 )
 
@@ -86,6 +88,10 @@ NOT_FOUND = "404"  # the reply code of a passive declare of a queue that does no
 # Age backpressure: no more claims for a queue while a message sent to it may have waited
 # longer than this share of a claim's lifetime (tasksapp/engine/dispatcher/inflight.py).
 MAX_MESSAGE_WAIT_OF_TTL = 0.5
+# After a worker's death, a claim not started this long after it was made, whose message
+# no longer waits in the broker, was taken by the dead worker: returned at once. (A live
+# worker starts a message it takes within milliseconds: it only takes one with a free slot.)
+LOST_CLAIM_SETTLE_SECONDS = 0.25
 
 
 class CeleryPublisher:
@@ -253,6 +259,8 @@ class DispatcherLoop:
         self.worker_recheck = False  # a dead peer's worker may die a moment after it
         self.broker_retry_at = 0.0  # while the broker is unreachable: claim nothing before
         self.rules_stale = True  # the routing rules are read again before the next claims
+        self.dead_peer_claims = True  # look for unstarted claims of dead dispatchers
+        self.lost_claims = False  # a worker died: look for own claims it took unstarted
 
     # -- life cycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -353,6 +361,8 @@ class DispatcherLoop:
                 return
             if self.now_ms() >= self.next_coordination:
                 self._coordinate()
+            if self.dead_peer_claims:
+                self._return_claims_of_dead_peers()
             if self.rules_stale:
                 self._load_rules()
             self._record_degraded()  # also while only the limited claimer holds jobs
@@ -635,6 +645,9 @@ class DispatcherLoop:
         if dead:  # (the look itself reads the workers' rows and locks, not the jobs table)
             self.counters.update(statements=1)
             log.warning("dispatcher %s: worker processes died: %s", self.name, ", ".join(dead))
+            self._tell_peers_of_worker_death()
+        if dead or self.lost_claims:
+            self._expire_lost_claims()
         if dead:
             self._reap(everywhere=True)
         elif not self.uses_notify:
@@ -644,6 +657,38 @@ class DispatcherLoop:
             interval_ms = min(interval_ms, DEAD_PEER_RECHECK_MS)
         self.worker_recheck = False
         self.next_worker_check = self.now_ms() + interval_ms
+
+    def _return_claims_of_dead_peers(self) -> None:
+        """A peer dispatcher died (or this one started): its claims not started, perhaps
+        never published, are returned now instead of when their leases run out."""
+        self.dead_peer_claims = False
+        if not self.on_postgres:
+            return
+        expired = job_expire_claims_of_dead_dispatchers()
+        self.counters.update(statements=1)
+        if expired:
+            log.info("dispatcher %s: %s claims of dead dispatchers returned", self.name, expired)
+            self._reap(everywhere=True)
+
+    def _expire_lost_claims(self) -> None:
+        """A worker died: this dispatcher's claims that it took and never started end
+        their leases now (the reap that follows returns them)."""
+        self.lost_claims = False
+        expired = job_expire_lost_claims(
+            owner=self.name, waiting=self._claims_waiting(), settle=LOST_CLAIM_SETTLE_SECONDS
+        )
+        self.counters.update(statements=1)
+        if expired:
+            log.info("dispatcher %s: %s claims lost with a dead worker", self.name, expired)
+            self._reap()
+
+    def _tell_peers_of_worker_death(self) -> None:
+        """Each dispatcher knows which of its own claims may still wait in the broker:
+        wake them all to look for theirs (with notifications; polling only, the finder's
+        own are found and the others' leases run out)."""
+        if self.uses_notify:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", [sql.NOTIFY_CHANNEL, sql.WORKER_GONE])
 
     def _heartbeat(self) -> None:
         offset = self.coordinator.clock.offset_ms if self.coordinator else 0.0
@@ -743,14 +788,17 @@ class DispatcherLoop:
             self.counters.update(notifications=1)
         if payload == REBALANCE:  # a peer came or went: look at the partitions now
             self.next_coordination = 0.0
+            self.dead_peer_claims = True
             self._look_for_dead_workers(again=True)
             return
         if payload == PEER_GONE:  # polling only, no peer hears of it before its next round
             self.adopt_orphans = True
             self.next_coordination = 0.0
+            self.dead_peer_claims = True
             self._look_for_dead_workers(again=True)
             return
-        if payload == sql.WORKER_GONE:  # a worker saw the next one die (its lock ring)
+        if payload == sql.WORKER_GONE:  # a worker died (seen by its ring, or by a peer)
+            self.lost_claims = True
             self._look_for_dead_workers()
             return
         if payload == sql.ROUTING_CHANGED:

@@ -84,6 +84,18 @@ class JobStore(Protocol):
         of the workers found dead (each is reported once)."""
         ...
 
+    def expire_claims_of_dead_dispatchers(self) -> int:
+        """End at once the leases of the unstarted claims of dispatchers whose
+        coordination lock is gone (they died, perhaps before publishing), unless a worker
+        holds them: the reaper returns them now. How many."""
+        ...
+
+    def expire_lost_claims(self, *, owner: str, waiting: Sequence[int], settle: float) -> int:
+        """After a worker's death: end at once the leases of `owner`'s unstarted claims
+        made over `settle` s ago whose messages no longer wait in the broker (`waiting`
+        may), unless a worker holds them. How many."""
+        ...
+
     def start(
         self,
         *,

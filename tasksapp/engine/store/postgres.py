@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from psycopg.rows import RowFactory, no_result
 from psycopg.types.json import Jsonb
 
-from tasksapp.engine.sql import WORKER_LOCK_CLASS
+from tasksapp.engine.sql import DISPATCHER_LOCK_CLASS, WORKER_LOCK_CLASS
 
 from . import pg_session
 from . import postgres_sql as sql
@@ -191,6 +191,18 @@ class PostgresJobStore(InsertsBySource):
                 cursor.execute(sql.EXPIRE_HELD_OF, {"workers": dead})
                 cursor.execute(sql.EXPIRE_LEASES_OF, {"workers": dead})
         return dead
+
+    def expire_claims_of_dead_dispatchers(self) -> int:
+        params = {"dispatcher_class": DISPATCHER_LOCK_CLASS}
+        with _cursor() as cursor:
+            cursor.execute(sql.EXPIRE_CLAIMS_OF_DEAD_DISPATCHERS, params)
+            return cursor.rowcount
+
+    def expire_lost_claims(self, *, owner: str, waiting: Sequence[int], settle: float) -> int:
+        params = {"owner": owner, "waiting": list(waiting), "settle": settle}
+        with _cursor() as cursor:
+            cursor.execute(sql.EXPIRE_LOST_CLAIMS_OF, params)
+            return cursor.rowcount
 
     def start(
         self,

@@ -475,6 +475,40 @@ WHERE w.name = ANY(%(workers)s::text[]) AND w.held IS NOT NULL
 """
 
 
+# A claimed job not started and not held by a worker (its start deferred) whose message
+# is lost: its lease ends now and the reaper returns it at once, instead of when the lease
+# would have run out. Two cases: the claimer died (its coordination lock is gone: it may
+# have died before publishing), and, after a worker's death, a dispatcher's own claims
+# whose messages it knows are no longer waiting in the broker (`waiting` are those that
+# may be), made over `settle` s ago: the dead worker had taken them. A message that was
+# in fact delivered starts nothing when it comes (its token is stale): fenced as ever.
+NOT_HELD = """NOT EXISTS (SELECT 1 FROM tasksapp_workerprocess w
+                WHERE w.held ->> j.id::text = j.lease_token::text)"""
+EXPIRE_CLAIMS_OF_DEAD_DISPATCHERS = f"""
+UPDATE {JOB_TABLE} j SET lease_expires_at = clock_timestamp()
+FROM tasksapp_dispatcher d
+WHERE j.state = {CLAIMED} AND j.lease_expires_at > clock_timestamp()
+  AND j.claimed_by = d.name
+  AND NOT EXISTS (
+      SELECT 1 FROM pg_locks l
+      WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
+        AND l.classid = %(dispatcher_class)s AND l.objid = (d.id %% 2147483648)::oid
+        AND l.objsubid = 2
+        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+  AND {NOT_HELD}
+RETURNING j.id
+"""
+EXPIRE_LOST_CLAIMS_OF = f"""
+UPDATE {JOB_TABLE} j SET lease_expires_at = clock_timestamp()
+WHERE j.state = {CLAIMED} AND j.lease_expires_at > clock_timestamp()
+  AND j.claimed_by = %(owner)s
+  AND j.claimed_at < clock_timestamp() - make_interval(secs => %(settle)s)
+  AND NOT (j.id = ANY(%(waiting)s::bigint[]))
+  AND {NOT_HELD}
+RETURNING j.id
+"""
+
+
 def _jobs_insert(values: str, source: str, returning: str) -> str:
     """An insert of new jobs: `values` (NewJob's fields, in its order) for each row of
     `source`; every other column starts the same, stated here once."""

@@ -185,6 +185,12 @@ class SqliteJobStore(InsertsBySource):
     def expire_dead_workers(self, *, grace: float) -> list[str]:
         return []  # no session locks: a dead worker's jobs wait out their leases
 
+    def expire_claims_of_dead_dispatchers(self) -> int:
+        return 0  # one dispatcher, no session locks: its claims wait out their leases
+
+    def expire_lost_claims(self, *, owner: str, waiting: Sequence[int], settle: float) -> int:
+        return 0  # no worker liveness to hear of a death
+
     def reap_expired(
         self,
         *,
