@@ -27,9 +27,10 @@ from shop.models import Run  # noqa: E402
 import tasksapp  # noqa: E402
 from tasksapp.engine.models import Job  # noqa: E402
 from tasksapp.engine.services import JobInputError, job_schedule  # noqa: E402
+from tasksapp.engine.worker.celery_app import tempo_app  # noqa: E402
 
 WAIT_SECONDS = 90
-out: dict = {"tasksapp_file": tasksapp.__file__}
+out: dict = {"tasksapp_file": tasksapp.__file__, "celery_app": tempo_app().main}
 enqueued: list[str] = []
 task_enqueued.connect(lambda sender, task_result, **kw: enqueued.append(task_result.id))
 

@@ -44,6 +44,20 @@ TASKS = {{"default": {{"BACKEND": "tasksapp.backends.TempoBackend"}}}}
 CELERY_BROKER_URL = {broker!r}
 DATABASES = {{"default": {database!r}}}
 """
+# The project's own Celery app, as Celery's Django guide writes it (the variant with one).
+CELERY_APP = """import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hostproj.settings")
+app = Celery("hostproj")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+"""
+CELERY_IMPORT = """from .celery import app as celery_app
+
+__all__ = ("celery_app",)
+"""
 URLS = """
 from django.urls import include  # noqa: E402
 
@@ -93,8 +107,13 @@ def build_wheel(tmp_path: Path) -> Path:
     return wheel
 
 
-def test_the_wheel_holds_templates_static_files_migrations_and_commands(tmp_path):
-    names = set(zipfile.ZipFile(build_wheel(tmp_path)).namelist())
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+def test_the_wheel_holds_templates_static_files_migrations_and_commands(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
     for name in (
         "tasksapp/templates/base.html",
         "tasksapp/templates/dashboard/overview.html",
@@ -158,7 +177,7 @@ def server(db: dict):
     )
 
 
-def make_project(tmp_path: Path, python: Path, db: dict, broker: str) -> Path:
+def make_project(tmp_path: Path, python: Path, db: dict, broker: str, *, with_celery: bool) -> Path:
     project = tmp_path / "project"
     project.mkdir()
     run(
@@ -172,6 +191,9 @@ def make_project(tmp_path: Path, python: Path, db: dict, broker: str) -> Path:
         settings.write(SETTINGS.format(broker=broker, database=db))
     with open(project / "hostproj" / "urls.py", "a") as urls:
         urls.write(URLS)
+    if with_celery:
+        (project / "hostproj" / "celery.py").write_text(CELERY_APP)
+        (project / "hostproj" / "__init__.py").write_text(CELERY_IMPORT)
     return project
 
 
@@ -207,8 +229,8 @@ def wait_for_line(log: Path, text: str, process: subprocess.Popen) -> None:
     raise AssertionError(f"{text!r} not logged within {READY_SECONDS} s:\n{log.read_text()}")
 
 
-@pytest.fixture
-def host(tmp_path):
+@pytest.fixture(params=["tempo's celery app", "the project's celery app"])
+def host(request, tmp_path, wheel):
     broker = os.environ.get("CELERY_BROKER_URL", "")
     if not broker.startswith("redis://"):
         pytest.skip("needs Redis (CELERY_BROKER_URL)")
@@ -216,17 +238,18 @@ def host(tmp_path):
     with server(db) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{db["NAME"]}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{db["NAME"]}"')
-    python = make_venv(tmp_path, build_wheel(tmp_path))
-    project = make_project(tmp_path, python, db, broker)
+    python = make_venv(tmp_path, wheel)
+    with_celery = request.param == "the project's celery app"
+    project = make_project(tmp_path, python, db, broker, with_celery=with_celery)
     try:
-        yield python, project
+        yield python, project, "hostproj" if with_celery else "tempo"
     finally:
         with server(db) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{db["NAME"]}" WITH (FORCE)')
 
 
 def test_a_new_project_runs_tasks_and_handlers_on_tempo_from_the_wheel(host, tmp_path):
-    python, project = host
+    python, project, celery_app = host
     run([str(python), "manage.py", "migrate", "-v0"], cwd=project, env=host_env())
     checks = run([str(python), "manage.py", "check"], cwd=project, env=host_env(), stderr=True)
     worker_log, dispatcher_log = tmp_path / "worker.log", tmp_path / "dispatcher.log"
@@ -249,6 +272,9 @@ def test_a_new_project_runs_tasks_and_handlers_on_tempo_from_the_wheel(host, tmp
     # page at LOGIN_URL, no Content-Security-Policy.
     assert all(f"tempo.{check}" in checks for check in ("W010", "W011", "W013"))
     assert seen["tasksapp_file"].startswith(str(tmp_path / "venv"))  # the wheel's Tempo
+    # The workers ran on the project's Celery app when it has one, on Tempo's otherwise.
+    assert seen["celery_app"] == celery_app
+    assert f".> app:         {celery_app}:0x" in worker_log.read_text()
     assert seen["plain_status_at_enqueue"] == "READY"
     plain, later, context, failing = (seen[n] for n in ("plain", "later", "context", "failing"))
     assert (plain["status"], plain["return_value"], plain["got_again"]) == (
