@@ -19,38 +19,34 @@ Task modules: the `tasks` module of each installed app and those listed in
 from __future__ import annotations
 
 import math
-import sys
-from dataclasses import replace
-from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 from django.utils.module_loading import import_string
-from django_tasks import TaskContext, TaskResult, TaskResultStatus
+from django_tasks import TaskResult, TaskResultStatus
 from django_tasks.backends.base import BaseTaskBackend
-from django_tasks.base import Task, TaskError
+from django_tasks.base import Task
 from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
-from django_tasks.signals import task_enqueued, task_finished, task_started
-from django_tasks.utils import normalize_json
+from django_tasks.signals import task_enqueued
 
-from tasksapp.engine.handlers import (
-    HandlerError,
-    JobContext,
-    import_listed_modules,
-    registry,
+from tasksapp.backends.results import job_task_result, make_result
+from tasksapp.backends.runner import (
+    ERR_UNDECLARED,
+    TaskRunner,
+    being_declared,
+    check_declared,
+    runner_named,
 )
+from tasksapp.engine.handlers import HandlerError, import_listed_modules, registry
+
+__all__ = ["ERR_UNDECLARED", "TaskRunner", "TempoBackend", "job_task_result", "tempo_priority"]
 
 APP_TASK_MODULE = "tasks"
 ERR_QUEUE = "Queue '{queue}' is not valid for Tempo: {reason}"
 ERR_NOT_FOUND = "There is no task result {result_id!r}."
 ERR_NOT_A_TASK = "Job {result_id} is not a task of this backend ({handler})."
-ERR_UNDECLARED = (
-    "{path} is not a task declared at module level ('@task' on a function of an "
-    "importable module): only declared tasks run."
-)
 ERR_BACKEND = "TASKS['{alias}']: the backend '{path}' cannot be imported: {reason}."
-
 # Priorities: the framework's -100..100 onto Tempo's 0..9 (README, "Use Tempo in your
 # Django project"). 0, the framework's default, is Tempo's normal (5); 76..100 is
 # critical (9), claimed with the critical lead; -81..-100 is the lowest level (0).
@@ -63,50 +59,6 @@ def tempo_priority(priority: int) -> int:
     if priority >= 0:
         return NORMAL + math.ceil(priority / 25)
     return NORMAL + math.floor(priority / 20)
-
-
-class TaskRunner:
-    """The handler of a task's jobs: calls the task with the job's arguments. Its origin is
-    the task function's, so declaring the task again (`.using()`) registers nothing new."""
-
-    def __init__(self, task: Task, backend: type[TempoBackend]) -> None:
-        self.task, self.backend = task, backend
-        self.__module__ = task.func.__module__
-        self.__qualname__ = task.func.__qualname__
-
-    def __call__(self, ctx: JobContext) -> Any:
-        payload = ctx.payload
-        result = _result(
-            replace(
-                self.task,
-                priority=payload.get("priority", self.task.priority),
-                queue_name=payload.get("queue_name", self.task.queue_name),
-                run_after=None,
-            ),
-            result_id=str(ctx.job_id),
-            status=TaskResultStatus.RUNNING,
-            args=payload.get("args", []),
-            kwargs=payload.get("kwargs", {}),
-            backend=payload.get("backend", self.task.backend),
-            attempts=ctx.attempt,
-        )
-        object.__setattr__(result, "started_at", timezone.now())
-        object.__setattr__(result, "last_attempted_at", result.started_at)
-        task_started.send(sender=self.backend, task_result=result)
-        try:
-            value = self._call(result)
-        except BaseException:
-            _finish(result, TaskResultStatus.FAILED, self.backend)
-            raise
-        value = normalize_json(value)
-        object.__setattr__(result, "_return_value", value)
-        _finish(result, TaskResultStatus.SUCCESSFUL, self.backend)
-        return value
-
-    def _call(self, result: TaskResult) -> Any:
-        if self.task.takes_context:
-            return self.task.call(TaskContext(task_result=result), *result.args, **result.kwargs)
-        return self.task.call(*result.args, **result.kwargs)
 
 
 class TempoBackend(BaseTaskBackend):
@@ -132,10 +84,10 @@ class TempoBackend(BaseTaskBackend):
             validated_queue(task.queue_name)
         except JobOptionsError as exc:
             raise InvalidTaskError(ERR_QUEUE.format(queue=task.queue_name, reason=exc)) from exc
-        runner = _runner(task.module_path)
+        runner = runner_named(task.module_path)
         if runner is not None and runner.task.func is task.func:
             return  # declared already (this is a copy: `.using()`, a result's task)
-        if not _being_declared(task):
+        if not being_declared(task):
             raise InvalidTaskError(ERR_UNDECLARED.format(path=task.module_path))
         try:
             registry.register(
@@ -149,8 +101,8 @@ class TempoBackend(BaseTaskBackend):
         from tasksapp.engine.services import JobInputError, job_schedule
 
         self.validate_task(task)
-        _check_declared(task)
-        result = _result(
+        check_declared(task)
+        result = make_result(
             task,
             result_id="",
             status=TaskResultStatus.READY,
@@ -190,132 +142,12 @@ class TempoBackend(BaseTaskBackend):
         job = Job.objects.filter(id=job_id).first() if job_id is not None else None
         if job is None:
             raise TaskResultDoesNotExist(ERR_NOT_FOUND.format(result_id=result_id))
-        runner = _runner(job.handler)
+        runner = runner_named(job.handler)
         if runner is None:
             raise TaskResultDoesNotExist(
                 ERR_NOT_A_TASK.format(result_id=result_id, handler=job.handler)
             )
         return job_task_result(job, runner.task)
-
-
-def job_task_result(job, task: Task) -> TaskResult:
-    """The framework's view of a task's job."""
-    from tasksapp.engine.models import JobState
-
-    payload = job.payload or {}
-    status = STATUSES[job.state]
-    task = replace(
-        task,
-        priority=payload.get("priority", task.priority),
-        queue_name=payload.get("queue_name", job.queue),
-        run_after=job.run_at,
-    )
-    result = _result(
-        task,
-        result_id=str(job.id),
-        status=status,
-        args=payload.get("args", []),
-        kwargs=payload.get("kwargs", {}),
-        backend=payload.get("backend", task.backend),
-        attempts=job.attempts,
-        errors=[_task_error(entry) for entry in job.errors or []],
-    )
-    object.__setattr__(result, "enqueued_at", job.created_at)
-    object.__setattr__(result, "started_at", job.started_at)
-    object.__setattr__(result, "last_attempted_at", job.started_at)
-    object.__setattr__(result, "finished_at", job.finished_at if result.is_finished else None)
-    if job.state == JobState.SUCCEEDED:
-        object.__setattr__(result, "_return_value", job.result)
-    return result
-
-
-# Job states as the framework's statuses. A job waiting again (failed, with attempts left)
-# or claimed but not started is READY; one that can no longer run (dead, cancelled, lost)
-# is FAILED.
-STATUSES = {
-    "scheduled": TaskResultStatus.READY,
-    "claimed": TaskResultStatus.READY,
-    "failed": TaskResultStatus.READY,
-    "running": TaskResultStatus.RUNNING,
-    "succeeded": TaskResultStatus.SUCCESSFUL,
-    "dead": TaskResultStatus.FAILED,
-    "cancelled": TaskResultStatus.FAILED,
-    "lost": TaskResultStatus.FAILED,
-}
-
-
-def _result(
-    task: Task,
-    *,
-    result_id: str,
-    status: TaskResultStatus,
-    args,
-    kwargs,
-    backend: str,
-    attempts: int = 0,
-    errors: list[TaskError] | None = None,
-) -> TaskResult:
-    return TaskResult(
-        task=task,
-        id=result_id,
-        status=status,
-        enqueued_at=None,
-        started_at=None,
-        last_attempted_at=None,
-        finished_at=None,
-        args=list(args),
-        kwargs=dict(kwargs),
-        backend=backend,
-        errors=errors or [],
-        worker_ids=["tempo"] * attempts,
-    )
-
-
-def _finish(result: TaskResult, status: TaskResultStatus, backend: type) -> None:
-    object.__setattr__(result, "status", status)
-    object.__setattr__(result, "finished_at", timezone.now())
-    task_finished.send(backend, task_result=result)
-
-
-def _task_error(entry: dict) -> TaskError:
-    """A failed attempt's error entry as the framework's TaskError: the exception's class
-    (from the traceback's last line, or the entry's 'Type: message') and the traceback."""
-    trace = entry.get("traceback") or entry.get("error", "")
-    last = trace.rstrip("\n").rsplit("\n", 1)[-1]
-    name = last.split(":", 1)[0].strip() if ":" in last else ""
-    if not name.replace(".", "").replace("_", "").isalnum():
-        name = "Exception"
-    path = name if "." in name else f"builtins.{name}"
-    return TaskError(exception_class_path=path, traceback=trace)
-
-
-def _check_declared(task: Task) -> None:
-    """Only a task its module declares runs: the task must be what its dotted path names."""
-    declared = _runner(task.module_path)
-    try:
-        found = import_string(f"{task.func.__module__}.{task.func.__name__}")
-    except ImportError:
-        found = None
-    same = isinstance(found, Task) and found.func is task.func
-    if declared is None or declared.task.func is not task.func or not same:
-        raise InvalidTaskError(ERR_UNDECLARED.format(path=task.module_path))
-
-
-def _being_declared(task: Task) -> bool:
-    """Whether `@task` is declaring the function now: its module does not bind its name
-    yet (a decorator runs before the name is bound). A Task made later around a function
-    its module binds as a plain function is not a declared task."""
-    module = sys.modules.get(task.func.__module__)
-    return module is not None and getattr(module, task.func.__name__, None) is None
-
-
-def _runner(name: str) -> TaskRunner | None:
-    """The runner registered as the handler `name`, if that handler is a task's."""
-    try:
-        handler = registry.get(name)
-    except HandlerError:
-        return None
-    return handler if isinstance(handler, TaskRunner) else None
 
 
 def task_modules() -> list[str]:
