@@ -12,13 +12,13 @@ chosen at random:
    (`member_deactivate_many`, `member_activate_many`, `member_delete_many`, --batch ids per
    call), wall and CPU time of each pass; the jobs cancelled and restored are checked.
 
-Results: bench/results/planning-churn.json and the "Member churn" section of
-docs/BENCHMARKS.md.
+Results: bench/results/planning-churn.json and its section of docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import re
@@ -26,11 +26,13 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
-from bench.common import ROOT, BenchDatabase, machine, table, write_json
-from bench.planning.__main__ import fill, postgres_version, reflow
+from bench.common import RESULTS, ROOT, BenchDatabase, table, write_json
+from bench.planning.__main__ import fill, postgres_version
 
 DOC = ROOT / "docs" / "BENCHMARKS.md"
-SECTION = "## Member churn (`bench/planning/churn.py`)"
+SECTION = "## `bench/planning/churn.py`: members leaving and coming back"
+ANCHOR = '<a id="bench-planning-churn"></a>'
+NEXT = '<a id="bench-graphs"></a>'  # the section after it
 CHURN = 0.3
 
 
@@ -42,6 +44,11 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--singles", type=int, default=300, help="members deleted one by one")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-doc", action="store_true", help="do not touch BENCHMARKS.md")
+    parser.add_argument(
+        "--doc-only",
+        action="store_true",
+        help="write the BENCHMARKS.md section from bench/results/planning-churn.json, run nothing",
+    )
     return parser.parse_args()
 
 
@@ -151,61 +158,60 @@ def render(args, data: dict) -> str:
     rows = []
     for r in data["runs"]:
         passes = {p["call"]: p for p in r["passes"]}
-        delete = passes["member_delete_many"]
+        delete, single = passes["member_delete_many"], r["single"]
         rows.append(
             {
                 "members": f"{r['population']:,}",
                 "slices": r["slices"],
-                "churned (30 %)": f"{r['churned']:,}",
-                "one by one (ms/call)": r["single"]["wall_ms"],
-                "one by one, all (s, est.)": r["single"]["wall_ms"] * r["churned"] / 1000,
-                "deactivate_many (s)": passes["member_deactivate_many"]["wall_s"],
-                "activate_many (s)": passes["member_activate_many"]["wall_s"],
-                "delete_many (s)": delete["wall_s"],
-                "delete_many CPU (s)": delete["cpu_s"],
-                "per member (ms)": delete["wall_s"] * 1000 / r["churned"],
+                "churned": f"{r['churned']:,}",
+                "one by one, ms a call (CPU)": f"{single['wall_ms']:.1f} ({single['cpu_ms']:.2f})",
+                "one by one, all churned (s)": f"{single['wall_ms'] * r['churned'] / 1000:,.0f}",
+                "deactivate_many (s)": f"{passes['member_deactivate_many']['wall_s']:.1f}",
+                "activate_many (s)": f"{passes['member_activate_many']['wall_s']:.1f}",
+                "delete_many (s) (CPU)": f"{delete['wall_s']:.1f} ({delete['cpu_s']:.2f})",
+                "delete, ms a member": f"{delete['wall_s'] * 1000 / r['churned']:.2f}",
             }
         )
-    columns = list(rows[0]) if rows else []
     m = data["machine"]
-    populations = " ".join(str(p) for p in args.populations)
-    slices = " ".join(str(s) for s in args.slices)
-    return f"""{SECTION}
+    return f"""{ANCHOR}
+{SECTION}
 
-Command: `.venv/bin/python -m bench.planning.churn --populations {populations} --slices
-{slices} --batch {args.batch} --singles {args.singles}` (results in
-`bench/results/planning-churn.json`). Run on {data["date"]}, {m["cores"]} cores,
-{m["memory_gib"]} GiB, Python {m["python"]}, {data["postgres"]}; the machine was shared.
+30 % of a population, chosen at random, deactivated, activated again and deleted by the
+batch (`member_deactivate_many`, `member_activate_many`, `member_delete_many`:
+{args.batch:,} ids a call, 5,000 a statement); a daily task has every slice of its first
+period planned ahead, one waiting job per member, so each pass cancels or restores one job
+per member (checked). Before that, {args.singles} other members are deleted one call each
+(`member_delete`); "all churned" is that rate times the members churned. CPU is the
+bench process's (Python's); the rest is the database's.
 
-Each population is filled by set-based SQL in a database of its own; a daily task starting
-in an hour has every slice of its first period planned (one waiting job per member). 30 %
-of the members, chosen at random, are then deactivated, activated again and deleted by the
-batch ({args.batch:,} ids per call; each call changes 5,000 ids per statement, their jobs
-included). Before that, {args.singles} others are deleted one call each (`member_delete`,
-a batch of one); "one by one, all" is that rate times the members churned. CPU is this
-process's (Python's) time; the rest is the database's.
+    .venv/bin/{data["command"]}
 
-{table(rows, columns)}
+Latest: {data["date"][:16].replace("T", " ")} UTC, {m["cores"]} cores, {m["memory_gib"]} GiB,
+Python {m["python"]}, {data["postgres"]}; the machine was shared.
 
-Each pass cancelled or restored exactly one job per member churned (checked). A batch
-statement finds a member's jobs through its slice in each grid (`sql.DELETE_MEMBERS`), so
-its cost follows the members and their jobs, not the slices planned; re-activation plans
-only the jobs still missing (here none: no slice was planned while the members were away).
+{table(rows, list(rows[0]))}
 """
 
 
 def update_doc(section: str) -> None:
+    """Replace the section, or add it before the next bench's (bench/graphs)."""
     text = DOC.read_text()
-    pattern = re.compile(re.escape(SECTION) + r".*?(?=\n## |\Z)", re.S)
+    own = re.escape(f"{ANCHOR}\n{SECTION}")
+    pattern = re.compile(own + r".*?(?=\n<a id=|\n## |\Z)", re.S)
     if pattern.search(text):
         text = pattern.sub(lambda _: section.rstrip("\n") + "\n", text, count=1)
     else:
-        text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
+        text = text.replace(NEXT, section.rstrip("\n") + "\n\n" + NEXT, 1)
     DOC.write_text(text)
 
 
 def main() -> None:
     args = parse()
+    if args.doc_only:
+        data = json.loads((RESULTS / "planning-churn.json").read_text())
+        update_doc(render(args, data))
+        print(f"updated: {DOC.relative_to(ROOT)}")
+        return
     runs = run(args)
     data = {
         "command": " ".join(["python -m bench.planning.churn", *sys.argv[1:]]),
@@ -213,14 +219,10 @@ def main() -> None:
         "runs": runs,
     }
     path = write_json("planning-churn", data)
-    data = {
-        **data,
-        "date": datetime.now(UTC).strftime("%a %b %d %H:%M UTC %Y"),
-        "machine": machine(),
-    }
+    data = json.loads(path.read_text())
     print(f"results: {path.relative_to(ROOT)}")
     if not args.no_doc:
-        update_doc(reflow(render(args, data)))
+        update_doc(render(args, data))
         print(f"updated: {DOC.relative_to(ROOT)}")
 
 
