@@ -3,6 +3,7 @@
 import datetime
 import django.db.models.deletion
 import django.db.models.functions.datetime
+from django.contrib.auth.management import create_permissions
 from django.db import migrations, models
 
 
@@ -25,6 +26,19 @@ def install_beat_entry(apps, schema_editor):
             "job per fire time (docs/SCHEDULES.md). Running it more often is harmless.",
         },
     )
+
+
+def grant_views(apps, schema_editor):
+    """The roles see schedules and their runs in the admin (operate acts on them)."""
+    tasksapp = apps.get_app_config("tasksapp")
+    tasksapp.models_module = True
+    create_permissions(tasksapp, apps=apps, verbosity=0)
+    tasksapp.models_module = None
+    permissions = apps.get_model("auth", "Permission").objects.filter(
+        content_type__app_label="tasksapp", codename__in=["view_schedule", "view_schedulerun"]
+    )
+    for group in apps.get_model("auth", "Group").objects.filter(name__in=["viewer", "operator"]):
+        group.permissions.add(*permissions)
 
 
 def remove_beat_entry(apps, schema_editor):
@@ -92,4 +106,5 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.RunPython(install_beat_entry, remove_beat_entry),
+        migrations.RunPython(grant_views, migrations.RunPython.noop),
     ]

@@ -47,7 +47,6 @@ from tasksapp.recurring.services import (
     recurring_task_create,
     recurring_task_update,
 )
-from tasksapp.web import admin_schedules  # noqa: F401  (registers the schedules' pages)
 from tasksapp.web.forms import GuardedJSONField
 from tasksapp.web.models import ApiToken, OperatorAction
 from tasksapp.web.operators import (

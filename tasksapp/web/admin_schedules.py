@@ -1,6 +1,7 @@
-"""The admin pages of schedules: add and edit through the audited services (a refusal
-shows on the form and stores nothing), pause, resume and run now as actions, delete
-through schedule_delete (its waiting jobs cancelled); the runs are read-only."""
+"""The admin pages of schedules (registered by TasksappConfig.ready, after admin.py): add
+and edit through the audited services (a refusal shows on the form and stores nothing),
+pause, resume and run now as actions, delete through schedule_delete (its waiting jobs
+cancelled); the runs are read-only."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from django.utils.html import format_html
 from tasksapp.schedules.models import Schedule, ScheduleRun
 from tasksapp.schedules.services import EDITABLE, ScheduleInputError
 from tasksapp.schedules.services.schedules import validated_schedule
+from tasksapp.web.admin import DeclaredFiltersAdmin, OperateMixin
 from tasksapp.web.forms import GuardedJSONField
 from tasksapp.web.models import OperatorAction
-from tasksapp.web.operators import ACTION_REFUSALS, PERM_OPERATE
+from tasksapp.web.operators import ACTION_REFUSALS
 from tasksapp.web.schedule_operators import (
     schedule_create_audited,
     schedule_delete_audited,
@@ -49,7 +51,7 @@ class ScheduleForm(forms.ModelForm):
         return data
 
 
-def _action(service, description: str, done: str):
+def _action(service, description: str, done: str, audit_action: str):
     @admin.action(description=description, permissions=["operate"])
     def action(modeladmin, request, queryset) -> None:
         ok = 0
@@ -62,6 +64,7 @@ def _action(service, description: str, done: str):
         if ok:
             modeladmin.message_user(request, done.format(count=ok), messages.SUCCESS)
 
+    action.audit_action = audit_action  # what a refused attempt is recorded as
     return action
 
 
@@ -79,7 +82,7 @@ class ScheduleRunInline(admin.TabularInline):
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(OperateMixin, DeclaredFiltersAdmin):
     form = ScheduleForm
     formfield_overrides = {models.JSONField: {"form_class": GuardedJSONField}}
     list_display = ["name", "handler", "cron", "every", "timezone", "active", "dashboard"]
@@ -87,9 +90,6 @@ class ScheduleAdmin(admin.ModelAdmin):
     search_fields = ["name", "handler"]
     readonly_fields = ["planned_until", "created_at", "updated_at"]
     actions = ["pause_schedules", "resume_schedules", "run_schedules_now"]
-
-    def has_operate_permission(self, request) -> bool:
-        return request.user.has_perm(PERM_OPERATE)
 
     def save_model(self, request, obj, form, change):
         values = {name: form.cleaned_data[name] for name in EDITABLE}
@@ -118,10 +118,15 @@ class ScheduleAdmin(admin.ModelAdmin):
         url = reverse("dashboard:schedule-detail", args=[obj.pk])
         return format_html('<a href="{}">fire times and runs</a>', url)
 
-    pause_schedules = _action(schedule_pause_audited, "Pause selected schedules", "{count} paused.")
+    pause_schedules = _action(
+        schedule_pause_audited, "Pause selected schedules", "{count} paused.", "schedule_pause"
+    )
     resume_schedules = _action(
-        schedule_resume_audited, "Resume selected schedules", "{count} resumed."
+        schedule_resume_audited, "Resume selected schedules", "{count} resumed.", "schedule_resume"
     )
     run_schedules_now = _action(
-        schedule_run_now_audited, "Run selected schedules now", "{count} run(s) added."
+        schedule_run_now_audited,
+        "Run selected schedules now",
+        "{count} run(s) added.",
+        "schedule_run_now",
     )

@@ -66,6 +66,8 @@ _MODELS = [
     "apitoken",
     "jobqueue",
     "routingmode",
+    "schedule",
+    "schedulerun",
 ]
 # Viewers see everything; operators may also act. Superusers have every permission.
 ROLES = {

@@ -39,6 +39,8 @@ from tasksapp.graphs.models import GraphRun, TaskRun
 from tasksapp.graphs.services import graph_job_schedule
 from tasksapp.recurring.models import FreeOrdinal, Member, RecurringTask, SlicePlan
 from tasksapp.recurring.services import member_create, member_deactivate, recurring_task_create
+from tasksapp.schedules.models import Schedule, ScheduleRun
+from tasksapp.schedules.services import schedule_create
 from tasksapp.web.models import ApiToken, OperatorAction
 from tasksapp.web.operators import DENIED
 from tasksapp.web.tokens import api_token_issue
@@ -100,6 +102,8 @@ def _run_at() -> str:
 JOB_BODY = {"handler": HANDLER, "run_at": "@run_at", "payload": {"n": 1}}
 GRAPH_BODY = {"has": {"user_id": 7, "latency_scale": 0, "failure_rate": 0}, "wants": ["friends"]}
 TASK_BODY = {"name": "matrix", "handler": HANDLER, "period_seconds": 86400, "slices": 24}
+SCHEDULE_BODY = {"name": "matrix-new", "handler": HANDLER, "cron": "0 3 * * *"}
+FIRE_RANGE = {"start": "2026-01-01T00:00:00Z", "end": "2026-01-02T00:00:00Z"}
 
 
 def _admin(model: str, action: str, selected: str, audited: str) -> Row:
@@ -188,6 +192,24 @@ MATRIX: list[Row] = [
         {"action": "restore"},
         action="restore",
     ),
+    Row("dashboard:schedule-list", "GET", "view", PAGE),
+    Row("dashboard:schedule-detail", "GET", "view", PAGE, {"schedule_id": "schedule"}),
+    *[
+        Row(
+            "dashboard:schedule-action",
+            "POST",
+            "operate",
+            PAGE_ACTION,
+            {"schedule_id": schedule, "action": action},
+            action="schedule_" + action.replace("-", "_"),
+        )
+        for schedule, action in [
+            ("schedule", "pause"),
+            ("paused_schedule", "resume"),
+            ("schedule", "run-now"),
+            ("schedule", "delete"),
+        ]
+    ],
     Row("dashboard:audit", "GET", "view", PAGE),
     Row("dashboard:tokens", "GET", "view", PAGE),
     Row(
@@ -351,6 +373,57 @@ MATRIX: list[Row] = [
         action="degrade",
     ),
     Row("api:routing-restore", "POST", "operate", API_WRITE_OK, action="restore"),
+    Row("api:schedules", "GET", "view", API_READ),
+    Row(
+        "api:schedules",
+        "POST",
+        "operate",
+        API_CREATED,
+        body=SCHEDULE_BODY,
+        action="schedule_create",
+    ),
+    Row("api:schedule", "GET", "view", API_READ, {"schedule_id": "schedule"}),
+    Row(
+        "api:schedule",
+        "PATCH",
+        "operate",
+        API_WRITE_OK,
+        {"schedule_id": "schedule"},
+        body={"jitter_seconds": 5},
+        action="schedule_edit",
+    ),
+    Row(
+        "api:schedule",
+        "DELETE",
+        "operate",
+        API_WRITE_OK,
+        {"schedule_id": "schedule"},
+        action="schedule_delete",
+    ),
+    *[
+        Row(
+            f"api:schedule-{action}",
+            "POST",
+            "operate",
+            API_WRITE_OK,
+            {"schedule_id": schedule},
+            action="schedule_" + action.replace("-", "_"),
+        )
+        for schedule, action in [
+            ("schedule", "pause"),
+            ("paused_schedule", "resume"),
+            ("schedule", "run-now"),
+        ]
+    ],
+    Row(
+        "api:schedule-fire-times",
+        "GET",
+        "view",
+        API_READ,
+        {"schedule_id": "schedule"},
+        FIRE_RANGE,
+    ),
+    Row("api:schedule-runs", "GET", "view", API_READ, {"schedule_id": "schedule"}),
     Row("api:schema", "GET", "view", API_READ),
     # Any other address under /api/: a JSON 404 for everyone, nothing to refuse.
     *[
@@ -370,6 +443,9 @@ MATRIX: list[Row] = [
     _admin("apitoken", "revoke_tokens", "@token", "token_revoke"),
     _admin("jobqueue", "pause_queues", "@queue", "queue_pause"),
     _admin("jobqueue", "resume_queues", "@held_queue", "queue_resume"),
+    _admin("schedule", "pause_schedules", "@schedule", "schedule_pause"),
+    _admin("schedule", "resume_schedules", "@paused_schedule", "schedule_resume"),
+    _admin("schedule", "run_schedules_now", "@schedule", "schedule_run_now"),
 ]
 
 # Everything a refused request must leave as it was (an API token's last use is
@@ -388,6 +464,8 @@ WATCHED = [
     WorkerProcess,
     JobQueue,
     RoutingMode,
+    Schedule,
+    ScheduleRun,
     User,
     Group,
 ]
@@ -435,6 +513,10 @@ def world(roles):  # noqa: F811
         "token": api_token_issue(owner=owner, name="matrix")[0],
         "queue": queue_configure(name="mail"),
         "held_queue": queue_configure(name="held", paused=True),
+        "schedule": schedule_create(name="matrix", handler=HANDLER, cron="* * * * *"),
+        "paused_schedule": schedule_create(
+            name="matrix-paused", handler=HANDLER, cron="* * * * *", active=False
+        ),
     }
 
 

@@ -36,6 +36,8 @@ API_WRITES = {
     "schedule-resume": ("schedule_resume", "schedule", "schedule_id"),
     "schedule-run-now": ("schedule_run_now", "schedule", "schedule_id"),
 }
+# A URL whose methods are different actions: (URL name, method) -> as above.
+API_WRITES_BY_METHOD = {("schedule", "DELETE"): ("schedule_delete", "schedule", "schedule_id")}
 
 
 class ViewOrOperate(BasePermission):
@@ -60,7 +62,9 @@ def api_refusal_record(request) -> None:
     match = request.resolver_match
     name = match.url_name if match else ""
     kwargs = match.kwargs if match else {}
-    action, target_type, argument = API_WRITES.get(name, (name or "write", "url", None))
+    action, target_type, argument = API_WRITES_BY_METHOD.get(
+        (name, request.method)
+    ) or API_WRITES.get(name, (name or "write", "url", None))
     target_id = kwargs.get(argument, "") if argument else ""
     if target_type == "routing":
         target_id = ROUTING_TARGET  # as the audited actions name it
