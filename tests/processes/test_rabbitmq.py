@@ -1,6 +1,7 @@
 """RabbitMQ as the Celery broker: the crash tests of test_crash.py — a dispatcher killed
 holding claims, a worker killed mid-run in each delivery mode, a duplicated message —
-run again with an AMQP broker. Each module
+and the overload tests of test_overload.py — a backlog of slow handlers, a worker frozen
+for three claim leases — run again with an AMQP broker. Each module
 run gets a virtual host of its own on the shared RabbitMQ, deleted afterwards."""
 
 import shutil
@@ -13,6 +14,10 @@ from tests.processes.test_crash import (  # noqa: F401  (collected here, on Rabb
     test_a_duplicated_message_does_not_start_a_job_twice,
     test_a_killed_dispatchers_unstarted_claims_are_claimed_again_by_the_survivors,
     test_a_worker_killed_mid_run_per_delivery_mode,
+)
+from tests.processes.test_overload import (  # noqa: F401  (collected here, on RabbitMQ)
+    test_a_worker_stopped_for_three_claim_lifetimes_loses_and_doubles_nothing,
+    test_slow_handlers_backlog_runs_every_job_once_without_reclaiming,
 )
 
 AMQP = "amqp://guest:guest@127.0.0.1:5672"
