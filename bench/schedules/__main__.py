@@ -41,6 +41,11 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--precision-schedules", type=int, default=300)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--skip-precision", action="store_true")
+    parser.add_argument(
+        "--plan-once",
+        action="store_true",
+        help="plan once at the start (the horizon covers the run): no planner pass beside",
+    )
     return parser.parse_args()
 
 
@@ -162,7 +167,7 @@ def planning_cost(count: int) -> list[dict]:
     return rows
 
 
-def precision(db, count: int, seconds: float) -> dict:
+def precision(db, count: int, seconds: float, *, plan_once: bool = False) -> dict:
     from django.db import connection
 
     from tasksapp.schedules.services import schedules_plan_due
@@ -173,15 +178,13 @@ def precision(db, count: int, seconds: float) -> dict:
             cluster.dispatcher(name)
         cluster.worker("w1", concurrency=8)
         time.sleep(6)
-        now = dt.datetime.now(dt.UTC)
-        # a run's fire time is the planned run time: no jitter
-        unplanned(
-            count, now=now + dt.timedelta(seconds=3), mix=[(1.0, "*/5 * * * * *", None)], prefix="p"
-        )
-        end = time.monotonic() + seconds
+        staggered(count, now=dt.datetime.now(dt.UTC) + dt.timedelta(seconds=15))  # planned by then
+        end = time.monotonic() + 15 + seconds
+        schedules_plan_due()
         while time.monotonic() < end:
-            schedules_plan_due()  # the beat's task, more often than its minute
             time.sleep(min(20, max(0, end - time.monotonic())))
+            if not plan_once:
+                schedules_plan_due()  # the beat's task, more often than its minute
         from tasksapp.schedules.models import Schedule
 
         Schedule.objects.update(active=False)  # no more planning
@@ -227,7 +230,9 @@ def main() -> None:
         print(table(cost, ["pass", "schedules", "jobs", "ms", "us_per_schedule", "us_per_job"]))
         result = {"planning": cost}
         if not args.skip_precision:
-            result["precision"] = precision(db, args.precision_schedules, args.seconds)
+            result["precision"] = precision(
+                db, args.precision_schedules, args.seconds, plan_once=args.plan_once
+            )
             p = result["precision"]
             measures = (
                 "start_lag_ms",

@@ -17,6 +17,7 @@ ERR_RANGE = "start and end must be timezone-aware datetimes, start before end."
 ERR_TOO_MANY = "more than {limit} fire times between start and end: ask for a shorter range."
 MAX_FIRE_TIMES = 10_000
 _MICROSECOND = dt.timedelta(microseconds=1)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 class ScheduleReadError(ValueError):
@@ -26,9 +27,9 @@ class ScheduleReadError(ValueError):
 def schedule_rule(*, schedule: Schedule) -> FireRule:
     """The rule the planner decides the schedule's fire times with."""
     every = schedule.every
-    first = schedule.start_at or schedule.created_at
-    if every is not None and schedule.start_at is None:
-        first = schedule.created_at + every  # the first fire one interval after creation
+    first = _EPOCH  # unused by a cron: rules of one cron and zone compare equal
+    if every is not None:  # the first fire: start_at, or one interval after creation
+        first = schedule.start_at or schedule.created_at + every
     return FireRule(
         cron=schedule.cron,
         every=every,

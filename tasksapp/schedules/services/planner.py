@@ -16,6 +16,7 @@ times older than the window are skipped, recorded as one row at the first of the
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -63,6 +64,22 @@ def next_fire_after(rule: FireRule, after: dt.datetime) -> dt.datetime | None:
     return next(iter(rule.fires(after=after, until=FOREVER)), None)
 
 
+@functools.lru_cache(maxsize=4096)
+def fires_ahead(
+    rule: FireRule, after: dt.datetime, until: dt.datetime, limit: int
+) -> tuple[list[dt.datetime], dt.datetime | None]:
+    """At most `limit` fire times in (after, until], and the first one left undecided.
+    Remembered: the schedules of one cron, zone and bounds share them in a pass (their
+    `planned_until` is the previous pass's horizon), so each is computed once. Callers
+    do not change the list."""
+    fires: list[dt.datetime] = []
+    for fire in rule.fires(after=after, until=FOREVER):
+        if fire > until or len(fires) >= limit:
+            return fires, fire  # the first one this pass leaves undecided
+        fires.append(fire)
+    return fires, None
+
+
 def fires_decided(
     *,
     rule: FireRule,
@@ -86,13 +103,7 @@ def fires_decided(
             details = {"outside_window": True, "skipped_through": window_start.isoformat()}
             decisions.append(FireDecision(old[0], RunOutcome.SKIPPED_MISSED, None, details))
         after = window_start
-    fires: list[dt.datetime] = []
-    next_fire = None
-    for fire in rule.fires(after=after, until=FOREVER):
-        if fire > until or len(fires) >= limit:
-            next_fire = fire  # the first one this pass leaves undecided
-            break
-        fires.append(fire)
+    fires, next_fire = fires_ahead(rule, after, until, limit)
     truncated = next_fire is not None and next_fire <= until
     late = now - grace
     missed = [fire for fire in fires if fire < late]
