@@ -17,7 +17,11 @@ class TasksappConfig(AppConfig):
         from tasksapp.graphs import runner  # noqa: F401  (registers the graph jobs' handlers)
         from tasksapp.graphs.registry import autodiscover_graph_tasks
         from tasksapp.schedules import handlers as _  # noqa: F401  (the overlap guard's handler)
-        from tasksapp.web import admin, admin_schedules  # noqa: F401  (the admin pages)
+        from tasksapp.web import (  # noqa: F401  (the admin pages)
+            admin,
+            admin_alerts,
+            admin_schedules,
+        )
 
         load_handler_modules()
         autodiscover_graph_tasks()

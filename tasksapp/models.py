@@ -1,6 +1,7 @@
 """The app's models, gathered from its feature packages (Django looks for them here).
 Tables keep the `tasksapp_` prefix: the app label is `tasksapp`."""
 
+from tasksapp.alerts.models import AlertIncident, AlertRule
 from tasksapp.engine.models import (
     Delivery,
     Dispatcher,
@@ -16,6 +17,8 @@ from tasksapp.schedules.models import Schedule, ScheduleRun
 from tasksapp.web.models import ApiToken, OperatorAction
 
 __all__ = [
+    "AlertIncident",
+    "AlertRule",
     "ApiToken",
     "Delivery",
     "Dispatcher",

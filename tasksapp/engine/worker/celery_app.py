@@ -24,8 +24,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 # Tempo's Celery tasks: the workers' batches, the daily planner, the retention run, the
-# schedule planner.
+# schedule planner, the alerts' evaluator.
 TASK_MODULES = (
+    "tasksapp.alerts.tasks",
     "tasksapp.engine.worker.tasks",
     "tasksapp.recurring.tasks",
     "tasksapp.retention.tasks",
