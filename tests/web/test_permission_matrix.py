@@ -431,6 +431,10 @@ MATRIX: list[Row] = [
         for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
     ],
     Row("metrics", "GET", "view", API_READ),
+    # The health verdict answers everyone alike (load balancers carry no credentials;
+    # its details only the viewer role: tests/web/api/test_health.py). The matrix's data
+    # has due work and no live process: unhealthy.
+    Row("api:health", "GET", "", statuses(503, 503, 503, 503, 503)),
     # --- the admin's operator actions ---------------------------------------------------
     _admin("job", "retry_jobs", "@dead_job", "retry"),
     _admin("job", "cancel_jobs", "@job", "cancel"),
