@@ -6,6 +6,7 @@ epoch E and S slices runs occurrence k for the member at E + (k + phase) × T; t
 turns slice s of period k (the members with s/S ≤ phase < (s+1)/S) into jobs, once.
 """
 
+from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -24,6 +25,12 @@ class Member(models.Model):
     phase = models.FloatField(help_text="Where in every period this member runs, in [0, 1).")
     active = models.BooleanField(default=True, help_text="Inactive members are not planned.")
     created_at = models.DateTimeField(db_default=Now())
+    # The object this member stands for, when an audience brought it in (its model and
+    # primary key as text); empty for members created by external_id.
+    content_type = models.ForeignKey(
+        ContentType, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    object_id = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         indexes = [
@@ -35,6 +42,11 @@ class Member(models.Model):
                 condition=Q(phase__gte=0) & Q(phase__lt=1), name="member_phase_in_0_1"
             ),
             models.CheckConstraint(condition=Q(ordinal__gte=0), name="member_ordinal_gte_0"),
+            models.UniqueConstraint(
+                fields=["content_type", "object_id"],
+                condition=Q(content_type__isnull=False),
+                name="member_object_unique",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -91,6 +103,22 @@ class RecurringTask(models.Model):
         "States not named keep the handler's or the default ages.",
     )
 
+    # Who it runs for: every active member (audience empty), or the members standing for
+    # the objects of an audience: a model label ("auth.User") with `audience_filter`, or
+    # the dotted name of a function registered with @audience (docs/PLANNING.md).
+    audience = models.CharField(max_length=200, blank=True, default="")
+    audience_filter = models.JSONField(default=dict, blank=True)
+    phase_strategy = models.CharField(max_length=16, default="golden")
+    phase_shift = models.FloatField(
+        default=0.0, help_text="Added to each member's phase (mod 1) for this task's members."
+    )
+    aligned_with = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    audience_synced_at = models.DateTimeField(null=True, blank=True)
+    audience_joined = models.PositiveIntegerField(default=0, help_text="At the last sync.")
+    audience_left = models.PositiveIntegerField(default=0, help_text="At the last sync.")
+
     class Meta:
         constraints = [
             models.CheckConstraint(condition=Q(slices__gte=1), name="recurring_slices_gte_1"),
@@ -101,10 +129,37 @@ class RecurringTask(models.Model):
                 | Q(next_from__isnull=False, next_period__isnull=False, next_slices__isnull=False),
                 name="recurring_next_all_or_none",
             ),
+            models.CheckConstraint(
+                condition=Q(phase_shift__gte=0) & Q(phase_shift__lt=1),
+                name="recurring_phase_shift_in_0_1",
+            ),
         ]
 
     def __str__(self) -> str:
         return self.name
+
+
+class AudienceMember(models.Model):
+    """A member of a task with an audience, and its phase in that task: the member's own
+    phase shifted by the task's (golden) or a random one, given once when it joined."""
+
+    task = models.ForeignKey(RecurringTask, on_delete=models.CASCADE, related_name="+")
+    member = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="+")
+    phase = models.FloatField()
+    joined_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task", "member"], name="audience_member_unique"),
+            models.CheckConstraint(
+                condition=Q(phase__gte=0) & Q(phase__lt=1), name="audience_member_phase_in_0_1"
+            ),
+        ]
+        # Serves slice planning of an audience task: its members of one phase range.
+        indexes = [models.Index(fields=["task", "phase"], name="audience_member_phase_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}: {self.member_id}"
 
 
 class SlicePlan(models.Model):

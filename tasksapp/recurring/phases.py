@@ -69,3 +69,16 @@ def peak_to_mean(counts: Sequence[int]) -> float:
     if not counts or not total:
         return math.nan
     return max(counts) * len(counts) / total
+
+
+def task_shift(task_id: int) -> float:
+    """How far a task shifts its members' phases: the golden-ratio sequence over task
+    ids, so tasks of the same period spread apart (and a member in two tasks does not run
+    for both at the same instant) as evenly as members do."""
+    return golden_phase(task_id)
+
+
+def shifted_phase(phase: float, shift: float) -> float:
+    """(phase + shift) mod 1, in the same float8 steps as sql.AUDIENCE_JOIN."""
+    total = phase + shift
+    return total - 1 if total >= 1 else total

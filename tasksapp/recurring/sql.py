@@ -26,6 +26,7 @@ MEMBER_SLICE = f"""
                + floor(m.phase * %(period_us)s::float8) * interval '1 microsecond' AS run_at
     FROM {MEMBER_TABLE} m
     WHERE m.active AND m.phase >= %(phase_from)s AND m.phase < %(phase_to)s
+      AND m.content_type_id IS NULL
       AND (%(member_ids)s::bigint[] IS NULL OR m.id = ANY(%(member_ids)s::bigint[]))"""
 
 # Members being created, deleted or (de)activated hold this while they look at planned
@@ -38,7 +39,7 @@ LOCK_ORDINALS = "SELECT pg_advisory_xact_lock(%(lock_class)s, 0)"
 # A task's plan page: active members per slice, and its jobs' load over one period.
 MEMBERS_PER_SLICE = f"""
 SELECT least(floor(phase * %(slices)s)::int, %(slices)s - 1), count(*)
-FROM {MEMBER_TABLE} WHERE active GROUP BY 1
+FROM {MEMBER_TABLE} WHERE active AND content_type_id IS NULL GROUP BY 1
 """
 # The jobs in flight are read apart: job_handler_run_at_idx leaves them out, job_lease_idx
 # holds them.
@@ -162,4 +163,134 @@ missing AS (
 SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM restored),
        ARRAY(SELECT plan_id FROM missing ORDER BY plan_id, member_id),
        ARRAY(SELECT member_id FROM missing ORDER BY plan_id, member_id)
+"""
+
+
+# --- audiences: members following the host's objects, per task ---------------------------
+# A task with an audience plans its own members (tasksapp_audiencemember), each with its
+# phase in that task: one range scan of audience_member_phase_idx per slice. Members an
+# audience brought in (content_type set) are not planned by tasks without an audience.
+AUDIENCE_MEMBER_TABLE = "tasksapp_audiencemember"
+AUDIENCE_TEMP = "tempo_audience"
+
+MEMBER_SLICE_AUDIENCE = f"""
+    SELECT am.member_id AS id,
+           %(period_start)s::timestamptz
+               + floor(am.phase * %(period_us)s::float8) * interval '1 microsecond' AS run_at
+    FROM {AUDIENCE_MEMBER_TABLE} am JOIN {MEMBER_TABLE} m ON m.id = am.member_id AND m.active
+    WHERE am.task_id = %(task_id)s AND am.phase >= %(phase_from)s AND am.phase < %(phase_to)s
+      AND (%(member_ids)s::bigint[] IS NULL OR am.member_id = ANY(%(member_ids)s::bigint[]))
+      AND (%(joined_at)s::timestamptz IS NULL OR am.joined_at = %(joined_at)s)"""
+AUDIENCE_MEMBERS_PER_SLICE = f"""
+SELECT least(floor(am.phase * %(slices)s)::int, %(slices)s - 1), count(*)
+FROM {AUDIENCE_MEMBER_TABLE} am JOIN {MEMBER_TABLE} m ON m.id = am.member_id AND m.active
+WHERE am.task_id = %(task_id)s GROUP BY 1
+"""
+
+# The audience's keys, as text, held for one sync (the audience's own query fills it).
+AUDIENCE_TEMP_CREATE = f"""
+CREATE TEMP TABLE IF NOT EXISTS {AUDIENCE_TEMP} (object_id text PRIMARY KEY) ON COMMIT DROP"""
+AUDIENCE_TEMP_CLEAR = f"TRUNCATE {AUDIENCE_TEMP}"
+AUDIENCE_TEMP_FILL = (
+    f"INSERT INTO {AUDIENCE_TEMP} (object_id) SELECT DISTINCT a.pk::text FROM ({{query}}) a(pk)"
+)
+
+# A member for each object of the audience that has none: ordinals the lowest freed
+# first, then above every ordinal given (as member_create_many), phases by the strategy
+# (golden: the same 64-bit fixed point as golden_phase). Run under LOCK_ORDINALS.
+AUDIENCE_MEMBERS_CREATE = f"""
+WITH new AS (
+    SELECT a.object_id, row_number() OVER (ORDER BY a.object_id) AS rn
+    FROM {AUDIENCE_TEMP} a
+    WHERE NOT EXISTS (SELECT FROM {MEMBER_TABLE} m
+                      WHERE m.content_type_id = %(ct)s AND m.object_id = a.object_id)),
+free AS MATERIALIZED (
+    SELECT ordinal, row_number() OVER (ORDER BY ordinal) AS rn FROM {FREE_ORDINAL_TABLE}
+    ORDER BY ordinal LIMIT (SELECT count(*) FROM new)),
+taken AS (DELETE FROM {FREE_ORDINAL_TABLE} f WHERE f.ordinal IN (SELECT ordinal FROM free)),
+numbered AS (
+    SELECT new.object_id,
+           coalesce(free.ordinal,
+                    greatest((SELECT max(ordinal) FROM {MEMBER_TABLE}),
+                             (SELECT max(ordinal) FROM free), -1)
+                    + new.rn - (SELECT count(*) FROM free)) AS ordinal
+    FROM new LEFT JOIN free USING (rn))
+INSERT INTO {MEMBER_TABLE} (external_id, ordinal, phase, active, content_type_id, object_id)
+SELECT %(label)s || ':' || object_id, ordinal,
+       CASE WHEN %(random)s THEN random()
+            ELSE div(mod(ordinal::numeric * 11400714819323198485, 18446744073709551616), 2048)
+                     ::float8 / 9007199254740992::float8 END,
+       true, %(ct)s, object_id
+FROM numbered
+ON CONFLICT DO NOTHING
+"""
+
+# The audience's members that are not the task's yet join it, each with its phase in the
+# task: golden, the member's phase shifted by the task's (phases.shifted_phase); random,
+# a uniform one. Their joined_at is the pass's own clock reading, which names them
+# (MEMBER_SLICE_AUDIENCE, AUDIENCE_RESTORE).
+AUDIENCE_CLOCK = "SELECT clock_timestamp()"
+AUDIENCE_JOIN = f"""
+INSERT INTO {AUDIENCE_MEMBER_TABLE} (task_id, member_id, phase, joined_at)
+SELECT %(task_id)s, m.id,
+       CASE WHEN %(random)s THEN random()
+            WHEN m.phase + %(shift)s::float8 >= 1 THEN m.phase + %(shift)s::float8 - 1
+            ELSE m.phase + %(shift)s::float8 END,
+       %(joined_at)s
+FROM {AUDIENCE_TEMP} a JOIN {MEMBER_TABLE} m
+     ON m.content_type_id = %(ct)s AND m.object_id = a.object_id
+ON CONFLICT (task_id, member_id) DO NOTHING
+"""
+
+# The task's members whose object left the audience (or is gone) leave it, and their
+# waiting jobs are cancelled with the reason: (members left, jobs cancelled). Only the
+# objects `only` (keys as text) are looked at, if not NULL.
+_TASK_PENDING_PLANS = f"""plans AS (
+    SELECT id, task_id, period, slice_index, slices, period_start, period_length
+    FROM {SLICE_PLAN_TABLE} WHERE task_id = %(task_id)s AND ends_at + period_length > %(now)s)"""
+AUDIENCE_LEAVE = f"""
+WITH {_TASK_PENDING_PLANS},
+gone AS (
+    DELETE FROM {AUDIENCE_MEMBER_TABLE} am USING {MEMBER_TABLE} m
+    WHERE am.task_id = %(task_id)s AND m.id = am.member_id
+      AND (%(only)s::text[] IS NULL OR m.object_id = ANY(%(only)s::text[]))
+      AND NOT (m.content_type_id = %(ct)s AND EXISTS (
+          SELECT FROM {AUDIENCE_TEMP} a WHERE a.object_id = m.object_id))
+    RETURNING am.member_id AS id, am.phase),
+cancelled AS (
+    UPDATE {JOB_TABLE} j SET state = {CANCELLED}, finished_at = %(now)s,
+        lease_expires_at = NULL, last_error = %(reason)s
+    FROM ({_MEMBER_JOB_KEYS.format(members="gone")}) k
+    WHERE j.idempotency_key = k.key AND (j.state IN ({DUE})) IS TRUE
+    RETURNING 1)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM cancelled)
+"""
+
+# Members who joined in this pass (joined_at) and had left before: their
+# cancelled jobs still ahead in the task's open slices are scheduled again.
+AUDIENCE_RESTORE = f"""
+WITH plans AS (
+    SELECT id, task_id, period, slice_index, slices, period_start, period_length
+    FROM {SLICE_PLAN_TABLE} WHERE task_id = %(task_id)s AND ends_at > %(now)s),
+joined AS (
+    SELECT member_id AS id, phase FROM {AUDIENCE_MEMBER_TABLE}
+    WHERE task_id = %(task_id)s AND joined_at = %(joined_at)s)
+UPDATE {JOB_TABLE} j SET state = {SCHEDULED}, finished_at = NULL, claimed_by = '',
+    lease_expires_at = NULL, cancel_requested_at = NULL, last_error = '',
+    max_attempts = greatest(j.max_attempts, j.attempts + 1)
+FROM ({_MEMBER_JOB_KEYS.format(members="joined")}) k
+WHERE j.idempotency_key = k.key AND (j.state = {CANCELLED} AND j.run_at >= %(now)s) IS TRUE
+"""
+
+# Members standing for objects of the model that no longer exist and that no task holds
+# any more: deleted, their ordinals freed for the next members.
+AUDIENCE_ORPHANS_DELETE = f"""
+WITH gone AS (
+    DELETE FROM {MEMBER_TABLE} m
+    WHERE m.content_type_id = %(ct)s
+      AND (%(only)s::text[] IS NULL OR m.object_id = ANY(%(only)s::text[]))
+      AND NOT EXISTS (SELECT FROM {{table}} o WHERE o.{{pk}}::text = m.object_id)
+      AND NOT EXISTS (SELECT FROM {AUDIENCE_MEMBER_TABLE} am WHERE am.member_id = m.id)
+    RETURNING m.ordinal)
+INSERT INTO {FREE_ORDINAL_TABLE} (ordinal) SELECT ordinal FROM gone ON CONFLICT DO NOTHING
 """

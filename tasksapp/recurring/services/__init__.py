@@ -10,6 +10,7 @@ jobs in it. Job idempotency keys (`plan:<task>:<period>:<member>`) make any over
 harmless.
 """
 
+from .audiences import AudienceSync, audience_objects_changed, audience_sync, audience_sync_all
 from .errors import PlanningInputError
 from .members import (
     MAX_MEMBER_IDS,
@@ -27,6 +28,10 @@ from .recurring_tasks import UNCHANGED, recurring_task_create, recurring_task_up
 from .slices import PlanningSummary, job_key_prefix, plan_due_slices, slice_plan
 
 __all__ = [
+    "AudienceSync",
+    "audience_objects_changed",
+    "audience_sync",
+    "audience_sync_all",
     "MAX_MEMBER_IDS",
     "UNCHANGED",
     "MemberBatch",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from tasksapp.engine.jsonvalues import JsonValueError, checked_text
@@ -21,6 +21,8 @@ from tasksapp.engine.options import (
     validated_retention,
 )
 from tasksapp.engine.retry import worst_case_seconds
+from tasksapp.recurring import phases
+from tasksapp.recurring.audiences import AudienceError, validated_audience
 from tasksapp.recurring.models import RecurringTask, SlicePlan
 from tasksapp.recurring.schedule import Grid, Schedule
 from tasksapp.recurring.selectors.schedules import recurring_task_schedule, slice_plan_last_key
@@ -47,6 +49,10 @@ ERR_RETRY_WORST_CASE = (
     "{attempts} attempts): an occurrence could still be retrying when the next one is due."
 )
 ERR_ACTIVE = "active must be true or false."
+ERR_PHASE_STRATEGY = "phase_strategy must be one of: {choices} (got {value!r})."
+ERR_ALIGN_WITH = "align_with must be another recurring task with an audience, for a task with one."
+ERR_ALIGN_RANDOM = "tasks run aligned share golden-ratio phases: both need phase_strategy 'golden'."
+ERR_AUDIENCE_DATABASE = "audiences need PostgreSQL (the database here is {vendor})."
 
 MIN_PERIOD = dt.timedelta(minutes=1)
 MAX_PERIOD = dt.timedelta(days=366)
@@ -85,11 +91,23 @@ def recurring_task_create(
     priority: int | str = DEFAULT_PRIORITY,
     concurrency_key: str = "",
     retention: dict | None = None,
+    audience: str = "",
+    audience_filter: dict | None = None,
+    phase_strategy: str = phases.GOLDEN,
+    align_with: RecurringTask | None = None,
 ) -> RecurringTask:
     """A task run once per `period` for every active member, at the member's phase,
     planned in `slices` slices per period. Period 0 starts at `epoch` (default: today,
-    00:00 UTC). `retention`: days its finished jobs are kept, per state (docs/OPERATIONS.md)."""
+    00:00 UTC). `retention`: days its finished jobs are kept, per state (docs/OPERATIONS.md).
+
+    With an `audience` (a model label and `audience_filter`, or a registered @audience
+    function) it runs for the members standing for the audience's objects instead, each
+    at its own phase in this task: `phase_strategy` "golden" (the member's phase shifted
+    by the task's own golden-ratio offset) or "random"; `align_with` another audience
+    task to share its phases. Its members join at the first sync (audience_sync)."""
     _validated_name(name)
+    audience, audience_filter = _validated_audience(audience, audience_filter)
+    strategy = _validated_strategy(phase_strategy, audience=audience, align_with=align_with)
     options = _validated_task_options(
         handler=handler,
         payload=payload,
@@ -109,15 +127,25 @@ def recurring_task_create(
     ages = _validated_retention(retention)
     try:
         with transaction.atomic():
-            return RecurringTask.objects.create(
+            task = RecurringTask.objects.create(
                 name=name,
                 epoch=epoch,
                 period=grid.period,
                 slices=grid.slices,
                 active=active,
                 retention=ages,
+                audience=audience,
+                audience_filter=audience_filter,
+                phase_strategy=strategy,
+                aligned_with=align_with,
                 **options,
             )
+            if audience:  # tasks spread apart; tasks without one keep the shared phase
+                task.phase_shift = (
+                    align_with.phase_shift if align_with else phases.task_shift(task.pk)
+                )
+                task.save(update_fields=["phase_shift"])
+            return task
     except IntegrityError as exc:
         raise PlanningInputError(ERR_TASK_EXISTS.format(name=name)) from exc
 
@@ -179,6 +207,29 @@ def recurring_task_update(
             task.retention = ages
         _store(task, schedule, options, active=task.active if active is UNCHANGED else active)
     return task
+
+
+def _validated_audience(audience: Any, audience_filter: Any) -> tuple[str, dict]:
+    try:
+        label, filters = validated_audience(audience, audience_filter)
+    except AudienceError as exc:
+        raise PlanningInputError(str(exc)) from exc
+    if label and connection.vendor != "postgresql":
+        raise PlanningInputError(ERR_AUDIENCE_DATABASE.format(vendor=connection.vendor))
+    return label, filters
+
+
+def _validated_strategy(strategy: Any, *, audience: str, align_with: Any) -> str:
+    if strategy not in phases.STRATEGIES:
+        choices = ", ".join(phases.STRATEGIES)
+        raise PlanningInputError(ERR_PHASE_STRATEGY.format(choices=choices, value=strategy))
+    if align_with is None:
+        return strategy
+    if not isinstance(align_with, RecurringTask) or not align_with.audience or not audience:
+        raise PlanningInputError(ERR_ALIGN_WITH)
+    if strategy != phases.GOLDEN or align_with.phase_strategy != phases.GOLDEN:
+        raise PlanningInputError(ERR_ALIGN_RANDOM)
+    return strategy
 
 
 def _validated_name(name: Any) -> str:

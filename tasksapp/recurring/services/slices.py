@@ -18,7 +18,7 @@ from django.utils import timezone
 from tasksapp.engine.store import job_store
 from tasksapp.engine.store.rows import JobTemplate, MemberSlice
 from tasksapp.recurring import sql
-from tasksapp.recurring.models import Member, RecurringTask, SlicePlan
+from tasksapp.recurring.models import AudienceMember, Member, RecurringTask, SlicePlan
 from tasksapp.recurring.schedule import MICROSECOND, Grid
 from tasksapp.recurring.selectors.schedules import recurring_task_schedule, slice_plan_last_key
 from tasksapp.recurring.settings import planning_settings
@@ -106,6 +106,10 @@ def plan_due_slices(*, now: dt.datetime | None = None) -> PlanningSummary:
 
 def _plan_task(task: RecurringTask, *, now: dt.datetime, summary: PlanningSummary) -> None:
     cfg = planning_settings()
+    if task.audience:  # members follow the audience before its slices are planned
+        from .audiences import audience_sync  # noqa: PLC0415 - audiences plan through here
+
+        audience_sync(task=task, now=now)
     schedule = recurring_task_schedule(task=task)
     last = slice_plan_last_key(task=task)
     not_before = now - dt.timedelta(seconds=cfg.late_grace_seconds)
@@ -138,9 +142,14 @@ def _grid_for_slice(task: RecurringTask, period: int, slice_index: int) -> Grid:
 
 
 def plan_members(
-    plan: SlicePlan, *, not_before: dt.datetime, member_ids: Sequence[int] | None = None
+    plan: SlicePlan,
+    *,
+    not_before: dt.datetime,
+    member_ids: Sequence[int] | None = None,
+    joined_at: dt.datetime | None = None,
 ) -> tuple[int, int]:
-    """Insert the slice's jobs (only `member_ids`' if given): (planned, missed)."""
+    """Insert the slice's jobs (only `member_ids`' if given; of a task with an audience,
+    only the members that joined at `joined_at` if given): (planned, missed)."""
     task = plan.task
     low, high = plan.phase_bounds
     members_params = {
@@ -149,15 +158,17 @@ def plan_members(
         "phase_from": low,
         "phase_to": high,
         "member_ids": None if member_ids is None else list(member_ids),
+        "task_id": task.id,
+        "joined_at": joined_at,
     }
     planned = job_store().insert_jobs(
         MemberSlice(
             template=_job_template(task, plan.period),
             key_prefix=job_key_prefix(task.id, plan.period),
             not_before=not_before,
-            members_sql=sql.MEMBER_SLICE,
+            members_sql=sql.MEMBER_SLICE_AUDIENCE if task.audience else sql.MEMBER_SLICE,
             members_params=members_params,
-            members=partial(_slice_members, plan, member_ids),
+            members=partial(_slice_members, plan, member_ids, joined_at),
         )
     )
     return planned.planned, planned.missed
@@ -179,12 +190,25 @@ def _job_template(task: RecurringTask, period: int) -> JobTemplate:
 
 
 def _slice_members(
-    plan: SlicePlan, member_ids: Sequence[int] | None
+    plan: SlicePlan, member_ids: Sequence[int] | None, joined_at: dt.datetime | None = None
 ) -> Iterator[tuple[int, dt.datetime]]:
     """MEMBER_SLICE through the ORM: each active member of the slice and its run time."""
     low, high = plan.phase_bounds
-    members = Member.objects.filter(active=True, phase__gte=low, phase__lt=high)
-    if member_ids is not None:
-        members = members.filter(id__in=member_ids)
-    for member_id, phase in members.values_list("id", "phase").iterator():
+    if plan.task.audience:
+        rows = AudienceMember.objects.filter(
+            task_id=plan.task_id, member__active=True, phase__gte=low, phase__lt=high
+        )
+        if member_ids is not None:
+            rows = rows.filter(member_id__in=member_ids)
+        if joined_at is not None:
+            rows = rows.filter(joined_at=joined_at)
+        pairs = rows.values_list("member_id", "phase")
+    else:
+        members = Member.objects.filter(
+            active=True, content_type__isnull=True, phase__gte=low, phase__lt=high
+        )
+        if member_ids is not None:
+            members = members.filter(id__in=member_ids)
+        pairs = members.values_list("id", "phase")
+    for member_id, phase in pairs.iterator():
         yield member_id, plan.occurrence(phase)

@@ -1,0 +1,200 @@
+"""Audiences: a recurring task over the host's own objects (auth users here), its
+members following the audience through the set-based pass, against the real database."""
+
+import datetime as dt
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.utils import timezone
+
+from tasksapp.engine.models import Job, JobState
+from tasksapp.recurring import phases
+from tasksapp.recurring.audiences import audience, audience_unregister
+from tasksapp.recurring.models import AudienceMember, Member, RecurringTask
+from tasksapp.recurring.services import (
+    PlanningInputError,
+    audience_sync,
+    member_create_many,
+    plan_due_slices,
+    recurring_task_create,
+)
+from tasksapp.recurring.services.audiences import REASON_LEFT
+
+HANDLER = "tests.handlers.recording.record"
+DAY = dt.timedelta(days=1)
+HOUR = dt.timedelta(hours=1)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _planning(settings):
+    settings.TEMPO_PLANNING = {
+        "PHASE_STRATEGY": "golden",
+        "HORIZON_SECONDS": 26 * 3600.0,
+        "LATE_GRACE_SECONDS": 900.0,
+    }
+
+
+def users(count: int, prefix: str = "user", **fields) -> list[User]:
+    return User.objects.bulk_create(User(username=f"{prefix}{n}", **fields) for n in range(count))
+
+
+def task(name: str = "t", **kwargs) -> RecurringTask:
+    kwargs.setdefault("audience", "auth.User")
+    kwargs.setdefault("audience_filter", {"is_active": True})
+    return recurring_task_create(
+        name=name,
+        handler=HANDLER,
+        period=DAY,
+        slices=24,
+        epoch=timezone.now() - HOUR * 3,
+        **kwargs,
+    )
+
+
+def members_of(task: RecurringTask) -> set[str]:
+    return set(AudienceMember.objects.filter(task=task).values_list("member__object_id", flat=True))
+
+
+def jobs_of(task: RecurringTask) -> dict[int, str]:
+    rows = Job.objects.filter(payload__recurring_task_id=task.id)
+    return dict(rows.values_list("payload__member_id", "state"))
+
+
+@pytest.mark.parametrize(
+    ("audience_", "filter_", "message"),
+    [
+        ("auth.Nope", {}, "audience must be an installed model's label"),
+        ("nodots", None, "audience must be an installed model's label"),
+        ("auth.User", {"no_such_field": 1}, "audience_filter must be a JSON object of field"),
+        ("auth.User", {"groups__nope": "x"}, "audience_filter must be a JSON object of field"),
+        ("auth.User", {"id": "not a number"}, "audience_filter must be a JSON object of field"),
+        ("auth.User", ["is_active"], "audience_filter must be a JSON object of field"),
+        ("", {"is_active": True}, "audience_filter needs an audience."),
+    ],
+)
+def test_bad_audience_is_refused_and_stores_nothing(audience_, filter_, message):
+    with pytest.raises(PlanningInputError) as caught:
+        task(audience=audience_, audience_filter=filter_)
+    assert str(caught.value).startswith(message)
+    assert not RecurringTask.objects.exists()
+
+
+def test_bad_phase_strategy_is_refused():
+    with pytest.raises(PlanningInputError, match="phase_strategy must be one of"):
+        task(phase_strategy="uniform")
+    assert not RecurringTask.objects.exists()
+
+
+def test_filter_through_relations_and_registered_function():
+    beta = Group.objects.create(name="beta")
+    alice, bob, _ = users(3)
+    alice.groups.add(beta)
+
+    @audience(name="tests.staff_users")
+    def staff_users():
+        return User.objects.filter(is_staff=True)
+
+    try:
+        by_group = task("by-group", audience_filter={"groups__name": "beta"})
+        bob.is_staff = True
+        bob.save()
+        by_function = task("by-function", audience="tests.staff_users", audience_filter={})
+        audience_sync(task=by_group)
+        audience_sync(task=by_function)
+    finally:
+        audience_unregister("tests.staff_users")
+    assert members_of(by_group) == {str(alice.pk)}
+    assert members_of(by_function) == {str(bob.pk)}
+
+
+def test_task_without_audience_plans_every_plain_member_only():
+    member_create_many(external_ids=["a", "b"])
+    users(3)
+    with_audience = task("with")
+    without = task("without", audience="", audience_filter=None)
+    plan_due_slices()
+    assert len(jobs_of(without)) <= 2
+    planned = set(Member.objects.filter(id__in=jobs_of(without)).values_list("external_id"))
+    assert planned <= {("a",), ("b",)}
+    assert with_audience.phase_shift == phases.task_shift(with_audience.id)
+    assert without.phase_shift == 0.0
+
+
+def test_sync_joins_and_leaves_set_based_and_plans_open_slices():
+    alive = users(40, is_active=True)
+    users(10, prefix="off", is_active=False)
+    t = task()
+    plan_due_slices()  # the pass runs before planning
+    assert members_of(t) == {str(u.pk) for u in alive}
+    planned = jobs_of(t)
+    assert planned and set(planned.values()) == {JobState.SCHEDULED}
+
+    # Bypassing signals: a bulk update (deactivate 10) and a bulk create (5 new).
+    gone = [u.pk for u in alive[:10]]
+    User.objects.filter(pk__in=gone).update(is_active=False)
+    new = users(5, prefix="new", is_active=True)
+    done = audience_sync(task=t)
+    assert (done.joined, done.left) == (5, 10)
+    # The next period is planned too: every leaver had a job waiting, every joiner gets one.
+    assert done.jobs_cancelled >= 10 and done.jobs_planned >= 5
+    assert members_of(t) == {str(u.pk) for u in alive[10:] + new}
+    t.refresh_from_db()
+    assert (t.audience_joined, t.audience_left) == (5, 10)
+    assert t.audience_synced_at is not None
+
+    members = dict(Member.objects.values_list("object_id", "id"))
+    after = jobs_of(t)
+    for pk in gone:
+        state = after.get(members[str(pk)])
+        assert state in (None, JobState.CANCELLED)
+    cancelled = Job.objects.filter(payload__recurring_task_id=t.id, state=JobState.CANCELLED)
+    assert set(cancelled.values_list("last_error", flat=True)) <= {REASON_LEFT.format(task="t")}
+    # A joiner whose time is still ahead in a planned slice got its job.
+    assert done.jobs_planned == sum(
+        1 for u in new if members[str(u.pk)] in after and after[members[str(u.pk)]] == "scheduled"
+    )
+
+    # Coming back restores the cancelled jobs still ahead; nothing is planned twice.
+    User.objects.filter(pk__in=gone).update(is_active=True)
+    back = audience_sync(task=t)
+    assert back.joined == 10 and back.jobs_restored >= 10
+    assert members_of(t) == {str(u.pk) for u in alive + new}
+    keys = Job.objects.filter(payload__recurring_task_id=t.id).values_list("idempotency_key")
+    assert len(keys) == len(set(keys))
+
+
+def test_deleted_objects_leave_and_their_members_are_freed():
+    alive = users(6)
+    t = task()
+    audience_sync(task=t)
+    ordinals = set(Member.objects.values_list("ordinal", flat=True))
+    User.objects.filter(pk__in=[u.pk for u in alive[:2]])._raw_delete("default")
+    done = audience_sync(task=t)
+    assert done.left == 2
+    assert Member.objects.count() == 4
+    users(2, prefix="again")
+    audience_sync(task=t)
+    # The freed ordinals are given again: the golden prefix (and its evenness) survives.
+    assert set(Member.objects.values_list("ordinal", flat=True)) == ordinals
+
+
+def test_one_phase_per_member_and_task():
+    users(200)
+    first, second = task("first"), task("second")
+    aligned = task("aligned", align_with=first)
+    random_ = task("random", phase_strategy="random")
+    for t in (first, second, aligned, random_):
+        audience_sync(task=t)
+    phase = {
+        t.name: dict(AudienceMember.objects.filter(task=t).values_list("member", "phase"))
+        for t in (first, second, aligned, random_)
+    }
+    members = dict(Member.objects.values_list("id", "phase"))
+    for member_id, own in members.items():
+        assert phase["first"][member_id] == phases.shifted_phase(own, first.phase_shift)
+        assert phase["aligned"][member_id] == phase["first"][member_id]
+        assert phase["second"][member_id] != phase["first"][member_id]
+    assert min(phase["random"].values()) >= 0 and max(phase["random"].values()) < 1
+    assert aligned.phase_shift == first.phase_shift and aligned.aligned_with_id == first.id
