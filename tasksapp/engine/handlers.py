@@ -102,6 +102,22 @@ class JobContext:
         if self.cancel_event.is_set():
             raise JobCancelled(f"job {self.job_id} was cancelled while it ran")
 
+    @property
+    def member_object(self) -> Any:
+        """The object a recurring job runs for, loaded on first use
+        (tasksapp.recurring.member_objects); JobCancelled if it left its audience."""
+        if "member_object" not in self.extra:
+            self.extra["member_object"] = member_object_loader(self)
+        return self.extra["member_object"]
+
+
+def _no_member_objects(ctx: JobContext) -> Any:
+    raise LookupError("recurring work is not loaded: no member objects")
+
+
+# Set by tasksapp.recurring (which the engine does not import) when it is loaded.
+member_object_loader: Callable[[JobContext], Any] = _no_member_objects
+
 
 Handler = Callable[[JobContext], Any]
 

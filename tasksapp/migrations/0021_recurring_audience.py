@@ -4,11 +4,36 @@ import django.db.models.deletion
 import django.db.models.functions.datetime
 from django.db import migrations, models
 
+AUDIENCE_SYNC_NAME = "tempo: audience sync"
+AUDIENCE_SYNC_TASK = "tasksapp.audience_sync"  # tasksapp.recurring.tasks.AUDIENCE_SYNC
+
+
+def install(apps, schema_editor):
+    """The audiences' timer: every 5 minutes members follow what bypassed the signals.
+    Existing tasks have no audience: their members, phases, ordinals and history stay."""
+    interval_model = apps.get_model("django_celery_beat", "IntervalSchedule")
+    periodic_task_model = apps.get_model("django_celery_beat", "PeriodicTask")
+    every, _ = interval_model.objects.get_or_create(every=5, period="minutes")
+    periodic_task_model.objects.get_or_create(
+        name=AUDIENCE_SYNC_NAME,
+        defaults={
+            "task": AUDIENCE_SYNC_TASK,
+            "interval": every,
+            "description": "Members follow each recurring task's audience (docs/PLANNING.md).",
+        },
+    )
+
+
+def remove(apps, schema_editor):
+    periodic_task_model = apps.get_model("django_celery_beat", "PeriodicTask")
+    periodic_task_model.objects.filter(name=AUDIENCE_SYNC_NAME).delete()
+
 
 class Migration(migrations.Migration):
     dependencies = [
         ("contenttypes", "0002_remove_content_type_name"),
         ("tasksapp", "0022_alerts"),
+        ("django_celery_beat", "0019_alter_periodictasks_options"),
     ]
 
     operations = [
@@ -141,4 +166,5 @@ class Migration(migrations.Migration):
                 name="audience_member_phase_in_0_1",
             ),
         ),
+        migrations.RunPython(install, remove),
     ]

@@ -15,3 +15,16 @@ def sync_member(ctx: JobContext) -> dict:
     member_id = ctx.payload.get("member_id")
     log.info("demo sync: member %s, occurrence %s", member_id, ctx.payload.get("occurrence"))
     return {"member_id": member_id, "occurrence": ctx.payload.get("occurrence")}
+
+
+def _install() -> None:
+    """Every process loads this module at start-up (the engine's own handler modules):
+    members follow their audiences by signals, and handlers get ctx.member_object."""
+    from tasksapp.engine import handlers
+    from tasksapp.recurring import member_objects, signals
+
+    signals.connect()
+    handlers.member_object_loader = member_objects.member_object
+
+
+_install()

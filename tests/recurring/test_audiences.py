@@ -7,6 +7,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
+from tasksapp.engine.handlers import JobCancelled, JobContext
 from tasksapp.engine.models import Job, JobState
 from tasksapp.recurring import phases
 from tasksapp.recurring.audiences import audience, audience_unregister
@@ -198,3 +199,73 @@ def test_one_phase_per_member_and_task():
         assert phase["second"][member_id] != phase["first"][member_id]
     assert min(phase["random"].values()) >= 0 and max(phase["random"].values()) < 1
     assert aligned.phase_shift == first.phase_shift and aligned.aligned_with_id == first.id
+
+
+def context(job: Job) -> JobContext:
+    return JobContext(
+        job_id=job.id,
+        payload=job.payload,
+        attempt=1,
+        idempotency_key=job.idempotency_key,
+        run_at=job.run_at,
+        delivery=job.delivery,
+    )
+
+
+def test_the_handler_gets_the_object_and_a_member_gone_is_cancelled():
+    alice, bob, carol = users(3)
+    t = task()
+    plan_due_slices()
+    member = dict(Member.objects.values_list("object_id", "id"))
+    job_of = {
+        j.payload["member_id"]: j for j in Job.objects.filter(payload__recurring_task_id=t.id)
+    }
+    ctx = context(job_of[member[str(alice.pk)]])
+    assert ctx.member_object == alice
+    assert ctx.extra["member_object"] is ctx.member_object  # loaded once
+
+    # Left the audience (bypassing signals, before any pass) or deleted: no run.
+    User.objects.filter(pk=bob.pk).update(is_active=False)
+    with pytest.raises(JobCancelled, match=f"left the audience of task {t.name}"):
+        _ = context(job_of[member[str(bob.pk)]]).member_object
+    Member.objects.filter(pk=member[str(carol.pk)]).delete()
+    with pytest.raises(JobCancelled, match="is gone"):
+        _ = context(job_of[member[str(carol.pk)]]).member_object
+
+
+def test_signals_follow_single_saves_and_deletes(django_capture_on_commit_callbacks):
+    t = task()
+    with django_capture_on_commit_callbacks(execute=True):
+        dave = User.objects.create(username="dave")
+    assert members_of(t) == {str(dave.pk)}
+    assert jobs_of(t) == {}  # nothing planned yet: joining plans only into planned slices
+    plan_due_slices()
+    with django_capture_on_commit_callbacks(execute=True):
+        erin = User.objects.create(username="erin")
+    assert members_of(t) == {str(dave.pk), str(erin.pk)}
+    erin_member = Member.objects.get(object_id=str(erin.pk)).id
+    assert jobs_of(t)[erin_member] == JobState.SCHEDULED
+    with django_capture_on_commit_callbacks(execute=True):
+        erin.is_active = False
+        erin.save()
+    assert members_of(t) == {str(dave.pk)}
+    assert jobs_of(t)[erin_member] == JobState.CANCELLED
+    with django_capture_on_commit_callbacks(execute=True):
+        dave.delete()
+    assert members_of(t) == set()
+    assert not Member.objects.filter(object_id=str(dave.pk)).exists()  # ordinal freed
+    t.refresh_from_db()
+    assert (t.audience_joined, t.audience_left) == (1, 2)  # since the pass before planning
+
+
+def test_signals_follow_relations(django_capture_on_commit_callbacks):
+    beta = Group.objects.create(name="beta")
+    frank, gina = users(2)
+    t = task(audience_filter={"groups__name": "beta"})
+    with django_capture_on_commit_callbacks(execute=True):
+        frank.groups.add(beta)
+        beta.user_set.add(gina)
+    assert members_of(t) == {str(frank.pk), str(gina.pk)}
+    with django_capture_on_commit_callbacks(execute=True):
+        beta.user_set.remove(frank)
+    assert members_of(t) == {str(gina.pk)}

@@ -24,8 +24,9 @@ from .members import (
     member_delete,
     member_delete_many,
 )
+from .planner import plan_due_slices
 from .recurring_tasks import UNCHANGED, recurring_task_create, recurring_task_update
-from .slices import PlanningSummary, job_key_prefix, plan_due_slices, slice_plan
+from .slices import PlanningSummary, job_key_prefix, slice_plan
 
 __all__ = [
     "AudienceSync",

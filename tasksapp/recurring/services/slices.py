@@ -20,7 +20,7 @@ from tasksapp.engine.store.rows import JobTemplate, MemberSlice
 from tasksapp.recurring import sql
 from tasksapp.recurring.models import AudienceMember, Member, RecurringTask, SlicePlan
 from tasksapp.recurring.schedule import MICROSECOND, Grid
-from tasksapp.recurring.selectors.schedules import recurring_task_schedule, slice_plan_last_key
+from tasksapp.recurring.selectors.schedules import recurring_task_schedule
 from tasksapp.recurring.settings import planning_settings
 from tasksapp.recurring.store import recurring_store
 
@@ -86,47 +86,6 @@ def slice_plan(
         plan.duration_ms = (time.perf_counter() - began) * 1000
         plan.save(update_fields=["jobs_planned", "missed", "duration_ms"])
     return plan
-
-
-def plan_due_slices(*, now: dt.datetime | None = None) -> PlanningSummary:
-    """The planner run (Celery beat): for every active task, plan in order each slice
-    not planned yet that starts before now + horizon. Slices that ended longer than the
-    late grace ago (the planner was down) are skipped, never run in a burst. A failing
-    task is logged and retried on the next run; the others go on."""
-    now = now or timezone.now()
-    summary = PlanningSummary()
-    for task in RecurringTask.objects.filter(active=True).order_by("id"):
-        try:
-            _plan_task(task, now=now, summary=summary)
-        except Exception:  # whatever it is (a bad stored date too), the other tasks go on
-            log.exception("planning task %s failed; the next run tries again", task.name)
-            summary.failed_tasks.append(task.name)
-    return summary
-
-
-def _plan_task(task: RecurringTask, *, now: dt.datetime, summary: PlanningSummary) -> None:
-    cfg = planning_settings()
-    if task.audience:  # members follow the audience before its slices are planned
-        from .audiences import audience_sync  # noqa: PLC0415 - audiences plan through here
-
-        audience_sync(task=task, now=now)
-    schedule = recurring_task_schedule(task=task)
-    last = slice_plan_last_key(task=task)
-    not_before = now - dt.timedelta(seconds=cfg.late_grace_seconds)
-    if last is not None and schedule.first_slice_ending_after(not_before) > schedule.next_slice(
-        last
-    ):
-        log.warning(
-            "task %s: slices after %s ended unplanned; their members missed a run",
-            task.name,
-            tuple(last),
-        )
-    until = now + dt.timedelta(seconds=cfg.horizon_seconds)
-    for key in schedule.slices_to_plan(last=last, not_before=not_before, until=until):
-        plan = slice_plan(task=task, period=key.period, slice_index=key.index, now=now)
-        summary.slices += 1
-        summary.jobs += plan.jobs_planned
-        summary.missed += plan.missed
 
 
 def _grid_for_slice(task: RecurringTask, period: int, slice_index: int) -> Grid:
