@@ -7,11 +7,12 @@ import json
 import urllib.request
 
 from django.conf import settings
-from django.core.mail import send_mail
+from django.core.mail import get_connection, send_mail
 
 from tasksapp.alerts.models import AlertIncident
 
 WEBHOOK_TIMEOUT = 5.0  # seconds; a slow endpoint costs one evaluation this much at most
+EMAIL_TIMEOUT = 10.0  # seconds, when EMAIL_TIMEOUT is not set (Django's default: none)
 SUBJECT = "[Tempo] {status}: {rule} ({key})"
 BODY = "{status}: {summary}\n\nRule: {rule} ({kind})\nKey: {key}\nOpened: {opened_at}\n"
 BODY_RESOLVED = "Resolved: {resolved_at}\n"
@@ -43,12 +44,13 @@ def send_email(incident: AlertIncident, body: dict) -> None:
     text = BODY.format(**fields)
     if body["resolved_at"]:
         text += BODY_RESOLVED.format(**fields)
+    timeout = getattr(settings, "EMAIL_TIMEOUT", None) or EMAIL_TIMEOUT
     send_mail(
         SUBJECT.format(**fields),
         text,
         settings.DEFAULT_FROM_EMAIL,
         incident.rule.email_list,
-        fail_silently=False,
+        connection=get_connection(fail_silently=False, timeout=timeout),
     )
 
 

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from tasksapp.alerts import conditions, notify
@@ -189,7 +189,11 @@ def alerts_evaluate(*, now: dt.datetime | None = None) -> EvaluationResult:
     result = EvaluationResult()
     for rule in AlertRule.objects.filter(active=True).order_by("id"):
         result.rules += 1
-        opened, resolved = _rule_evaluate(rule, now)
+        try:
+            opened, resolved = _rule_evaluate(rule, now)
+        except DatabaseError:
+            logger.exception("alert rule %s: not evaluated, tried again next time", rule)
+            continue
         result.opened += opened
         result.resolved += resolved
     _notices_send(result)
@@ -197,9 +201,9 @@ def alerts_evaluate(*, now: dt.datetime | None = None) -> EvaluationResult:
 
 
 def _rule_evaluate(rule: AlertRule, now: dt.datetime) -> tuple[int, int]:
-    firing = conditions.firing_keys(rule, now)
     with transaction.atomic():
         AlertRule.objects.select_for_update().filter(id=rule.id).first()  # one evaluator a rule
+        firing = conditions.firing_keys(rule, now)
         open_ = {i.key: i for i in AlertIncident.objects.filter(rule=rule, resolved_at=None)}
         for key, incident in open_.items():
             if key in firing and incident.summary != firing[key]:

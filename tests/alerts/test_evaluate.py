@@ -183,3 +183,16 @@ def test_beat_runs_the_evaluator_every_minute():
         "sent": 0,
         "failed": 0,
     }
+
+
+def test_an_smtp_server_down_is_tried_again_at_the_next_evaluation(smtp, settings):
+    dead_jobs_rule()
+    JobFactory(handler="app.mail", state=JobState.DEAD, run_at=NOW, finished_at=NOW)
+    settings.EMAIL_PORT = 9  # nothing listens: the connection is refused
+    first = alerts_evaluate(now=later(1))
+    assert (first.sent, first.failed, smtp.messages) == (0, 1, [])
+    settings.EMAIL_PORT = smtp.port
+    second = alerts_evaluate(now=later(61))
+    third = alerts_evaluate(now=later(121))
+    assert (second.sent, third.sent, len(smtp.messages)) == (1, 0, 1)
+    assert smtp.messages[0][2]["Subject"] == "[Tempo] FIRING: dead jobs (app.mail)"
