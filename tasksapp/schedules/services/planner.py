@@ -64,7 +64,7 @@ def next_fire_after(rule: FireRule, after: dt.datetime) -> dt.datetime | None:
     return next(iter(rule.fires(after=after, until=FOREVER)), None)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=512)  # at most FIRES_PER_PASS fire times each
 def fires_ahead(
     rule: FireRule, after: dt.datetime, until: dt.datetime, limit: int
 ) -> tuple[list[dt.datetime], dt.datetime | None]:
