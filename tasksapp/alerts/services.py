@@ -47,6 +47,7 @@ HANDLER_SCOPED = {AlertKind.DEAD_JOBS, AlertKind.START_LAG}
 QUEUE_SCOPED = {AlertKind.OLDEST_DUE, AlertKind.START_LAG, AlertKind.NO_WORKER}
 WINDOW_RANGE = (dt.timedelta(minutes=1), dt.timedelta(days=7))
 FIRING, RESOLVED = "firing", "resolved"
+INCIDENT_AGE = dt.timedelta(days=90)  # resolved incidents are kept this long
 
 
 class AlertInputError(ValueError):
@@ -60,6 +61,7 @@ class EvaluationResult:
     resolved: int = 0
     sent: int = 0
     failed: int = 0
+    pruned: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -197,7 +199,14 @@ def alerts_evaluate(*, now: dt.datetime | None = None) -> EvaluationResult:
         result.opened += opened
         result.resolved += resolved
     _notices_send(result)
+    result.pruned = alert_incidents_prune(now=now)
     return result
+
+
+def alert_incidents_prune(*, now: dt.datetime) -> int:
+    """Removes the incidents resolved, with nothing owed, more than INCIDENT_AGE ago."""
+    old = AlertIncident.objects.filter(resolved_at__lt=now - INCIDENT_AGE, pending=False)
+    return old.delete()[0]
 
 
 def _rule_evaluate(rule: AlertRule, now: dt.datetime) -> tuple[int, int]:

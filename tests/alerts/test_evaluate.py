@@ -182,6 +182,7 @@ def test_beat_runs_the_evaluator_every_minute():
         "resolved": 0,
         "sent": 0,
         "failed": 0,
+        "pruned": 0,
     }
 
 
@@ -196,3 +197,15 @@ def test_an_smtp_server_down_is_tried_again_at_the_next_evaluation(smtp, setting
     third = alerts_evaluate(now=later(121))
     assert (second.sent, third.sent, len(smtp.messages)) == (1, 0, 1)
     assert smtp.messages[0][2]["Subject"] == "[Tempo] FIRING: dead jobs (app.mail)"
+
+
+def test_resolved_incidents_are_removed_after_ninety_days(settings):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    dead_jobs_rule()
+    JobFactory(handler="app.mail", state=JobState.DEAD, run_at=NOW, finished_at=NOW)
+    alerts_evaluate(now=later(1))
+    alerts_evaluate(now=later(601))  # resolved at +601 s
+    ninety_days = 90 * 86400
+    assert alerts_evaluate(now=later(601 + ninety_days)).pruned == 0
+    assert alerts_evaluate(now=later(602 + ninety_days)).pruned == 1
+    assert not AlertIncident.objects.exists()
