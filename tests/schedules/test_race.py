@@ -91,3 +91,51 @@ def test_two_planners_deciding_the_same_fires_create_one_job_each():
     assert_one_job_and_run_per_fire(Job.objects.count())
     assert Job.objects.count() >= 30 * 5
     assert all(s.planned_until > now + dt.timedelta(minutes=4) for s in Schedule.objects.all())
+
+
+PLANNER = """
+import json, os, sys, time
+import django
+django.setup()
+from django.conf import settings
+from tasksapp.schedules.services import schedules_plan_due
+from tasksapp.schedules.settings import schedule_settings
+settings.TEMPO_SCHEDULES = {"BATCH_SIZE": 20}  # 15 batches: the planners interleave
+schedule_settings.cache_clear()
+time.sleep(max(0.0, float(sys.argv[1]) - time.time()))  # all start at one instant
+print(json.dumps(schedules_plan_due().as_dict()))
+"""
+
+
+@pytest.mark.processes
+def test_planner_processes_racing_create_one_job_per_fire(settings):
+    """Three planner processes (as three beats would run them) started at one instant."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.processes.conftest import database_url
+
+    ids = paused_schedules(300)
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "DJANGO_SETTINGS_MODULE": "schedapp.settings",
+    }
+    start = time.time() + 8
+    planners = [
+        subprocess.Popen(
+            [sys.executable, "-c", PLANNER, str(start)], env=env, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(3)
+    ]
+    summaries = [
+        json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in planners
+    ]
+    assert all(p.returncode == 0 for p in planners)
+    total = sum(s["jobs"] for s in summaries)
+    assert total == Job.objects.count() >= 300 * 5
+    assert_one_job_and_run_per_fire(total)
+    assert sum(s["schedules"] for s in summaries) >= len(ids), summaries
