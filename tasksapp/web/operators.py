@@ -68,6 +68,8 @@ _MODELS = [
     "routingmode",
     "schedule",
     "schedulerun",
+    "alertrule",
+    "alertincident",
 ]
 # Viewers see everything; operators may also act. Superusers have every permission.
 ROLES = {

@@ -57,3 +57,18 @@ def test_a_refused_rule_shows_why_and_stores_nothing(client):
 def test_incidents_are_read_only(client):
     assert client.get(reverse("admin:tasksapp_alertincident_changelist")).status_code == 200
     assert client.get(reverse("admin:tasksapp_alertincident_add")).status_code == 403
+
+
+def test_the_roles_see_rules_and_incidents_and_change_nothing(django_user_model):
+    from django.contrib.auth.models import Group
+
+    from tasksapp.web.operators import roles_ensure
+
+    roles_ensure()
+    for role in ("viewer", "operator"):
+        user = django_user_model.objects.create_user(role)
+        user.groups.add(Group.objects.get(name=role))
+        assert user.has_perm("tasksapp.view_alertrule")
+        assert user.has_perm("tasksapp.view_alertincident")
+        assert not user.has_perm("tasksapp.change_alertrule")
+        assert not user.has_perm("tasksapp.add_alertrule")
