@@ -14,25 +14,22 @@ import math
 import os
 import signal
 import socket
-import threading
 import time
 from collections import Counter, deque
-from collections.abc import Sequence
 
 from django.db import DatabaseError, InterfaceError, connection
 from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
-from kombu.exceptions import OperationalError as KombuOperationalError
 
 from tasksapp.engine import sql
+from tasksapp.engine.dispatcher.broker import BROKER_RETRY_SECONDS, BrokerGate, CeleryPublisher
 from tasksapp.engine.dispatcher.coordination import (
     PEER_GONE,
     REBALANCE,
     LocalCoordinator,
     PostgresCoordinator,
 )
-from tasksapp.engine.dispatcher.inflight import InFlight, waiting_job_ids
 from tasksapp.engine.dispatcher.limited import LimitedClaimer
 from tasksapp.engine.dispatcher.routing import Route, RoutingRules, routing_rules_read
 from tasksapp.engine.dispatcher.sources.base import (
@@ -47,7 +44,7 @@ from tasksapp.engine.models import Dispatcher, DispatcherCounter
 from tasksapp.engine.options import MIN_PRIORITY
 from tasksapp.engine.runtime import freeze_startup_heap
 from tasksapp.engine.sessions import use_engine_sessions
-from tasksapp.engine.settings import DEFAULT_QUEUE, TempoSettings
+from tasksapp.engine.settings import TempoSettings
 from tasksapp.engine.store import job_store
 from tasksapp.engine.transitions import (
     Claim,
@@ -80,101 +77,10 @@ SHORT_OF_SHARE_RETRY_MS = 100
 # more this soon: a worker killed beside it may end its session a moment later.
 DEAD_PEER_RECHECK_MS = 100
 MAX_WAIT_SECONDS = 0.1  # wake up this often to notice signals (no query is made)
-# The broker unreachable (kombu's connection errors): nothing is claimed meanwhile, and
-# it is not asked again for this long (each ask makes one connection retry, after 2 s).
-BROKER_ERRORS = (KombuOperationalError, OSError)
-BROKER_RETRY_SECONDS = 1.0
-NOT_FOUND = "404"  # the reply code of a passive declare of a queue that does not exist
-# Age backpressure: no more claims for a queue while a message sent to it may have waited
-# longer than this share of a claim's lifetime (tasksapp/engine/dispatcher/inflight.py).
-MAX_MESSAGE_WAIT_OF_TTL = 0.5
 # After a worker's death, a claim not started this long after it was made, whose message
 # no longer waits in the broker, was taken by the dead worker: returned at once. (A live
 # worker starts a message it takes within milliseconds: it only takes one with a free slot.)
 LOST_CLAIM_SETTLE_SECONDS = 0.25
-
-
-class CeleryPublisher:
-    """Sends claimed batches to the workers' queue and reports its backlog."""
-
-    def __init__(self, *, queue: str, app=None) -> None:
-        if app is None:  # the project's Celery app, or Tempo's own
-            from tasksapp.engine.worker.celery_app import tempo_app
-
-            app = tempo_app()
-        self.app = app
-        self.queue = queue
-        # What "unreachable" looks like: kombu's own errors and its transport's connection
-        # errors (redis-py's ConnectionError is not an OSError; uncaught, it would end the
-        # dispatcher, and in `backlog` it would pass for a hiccup: reachable).
-        connection = app.connection_for_write()
-        self.errors = (*BROKER_ERRORS, *connection.connection_errors)
-        self._refusals = connection.channel_errors  # e.g. Redis at maxmemory: OOM
-
-    def __call__(self, batches: list[list[list[int]]], queue: str | None = None) -> None:
-        """Publish to `queue` (a Celery queue; by default the default Tempo queue's)."""
-        from celery.utils import uuid
-
-        from tasksapp.engine.worker.tasks import RUN_JOBS
-
-        # Straight to the queue (anonymous exchange): no exchange binding in the broker is
-        # needed, so a broker that lost its keys (FLUSHALL, restart) still gets messages.
-        try:
-            with self.app.producer_or_acquire() as producer:
-                for batch in batches:
-                    message = self.app.amqp.create_task_message(uuid(), RUN_JOBS, [batch], {})
-                    producer.publish(
-                        message.body,
-                        exchange="",
-                        routing_key=queue or self.queue,
-                        serializer="json",
-                        headers=message.headers,
-                        **message.properties,
-                    )
-        except self._refusals as exc:  # reached, but the message was not taken
-            raise KombuOperationalError(f"the broker refused the message: {exc}") from exc
-
-    def warm_up(self) -> None:
-        from tasksapp.engine.worker.tasks import RUN_JOBS  # noqa: F401  (imported once, here)
-
-        with self.app.producer_or_acquire() as producer:
-            # AMQP drops a message sent to a queue nobody declared yet (no worker started
-            # so far): declare it as the workers do. On Redis this is a no-op binding.
-            producer.maybe_declare(self.app.amqp.queues[self.queue])
-        self.backlog()
-
-    def backlog(self, queue: str | None = None) -> int | None:
-        """Messages waiting in `queue` (a Celery queue; by default the default Tempo
-        queue's), or None if the broker cannot tell; raises one of `errors` if it
-        cannot be reached."""
-        try:
-            with self.app.pool.acquire(block=True) as conn:
-                conn.ensure_connection(max_retries=0)  # one attempt: not kombu's retries
-                declared = conn.default_channel.queue_declare(queue or self.queue, passive=True)
-                return declared.message_count
-        except self.errors:
-            raise
-        except Exception as exc:
-            # Redis removes an empty list, and the passive declare of a queue without a
-            # list says "not found": nothing waits in it (None would lift backpressure
-            # each time the workers empty the queue).
-            if str(getattr(exc, "reply_code", "")) == NOT_FOUND:  # '404' from kombu's Redis
-                return 0
-            return None  # a broker hiccup
-
-
-def split_batches(
-    claims: Sequence[Claim], *, fanout: int, max_batch: int, parallelism: int = 1
-) -> list[list[list[int]]]:
-    """Cut claimed jobs into messages. Few claims: messages of `parallelism` jobs (one
-    each by default), so idle workers run them side by side. Many: up to `max_batch` per
-    message, so the broker is not the bottleneck."""
-    if not claims:
-        return []
-    size = max(min(len(claims), parallelism), math.ceil(len(claims) / fanout))
-    size = max(1, min(max_batch, size))
-    rows = [[c.id, c.token, c.run_at_ms] for c in sorted(claims, key=lambda c: c.run_at_ms)]
-    return [rows[i : i + size] for i in range(0, len(rows), size)]
 
 
 class DispatcherLoop:
@@ -185,7 +91,9 @@ class DispatcherLoop:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.partitions = self.settings.partitions
         self.publisher = publisher or CeleryPublisher(queue=self.settings.queue)
-        self.broker_errors = getattr(self.publisher, "errors", BROKER_ERRORS)
+        self.broker = BrokerGate(
+            publisher=self.publisher, settings=self.settings, now_ms=self.now_ms
+        )
         # On PostgreSQL partitions are shared through advisory locks; work and peers are
         # announced by NOTIFY unless the dispatchers poll only (TEMPO_DISPATCH_NOTIFY).
         self.on_postgres = job_store().notifies
@@ -202,12 +110,9 @@ class DispatcherLoop:
         self.backlog_since: float | None = None  # over DEGRADED_BACKLOG since (ms)
         self.backlog_degraded_until: float | None = None
         self.claim_floor = MIN_PRIORITY  # the lowest priority claimed now (min_priority)
-        self.loop_thread = threading.get_ident()
-        # From the limited claimer's thread, for the loop to act on: a broker error, and
-        # when its claims' leases want the reaper.
-        self.claimer_broker_error: BaseException | None = None
+        # From the limited claimer's thread, for the loop to act on: when its claims'
+        # leases want the reaper.
         self.claimer_reaps: deque[float] = deque()
-        self.in_flight = InFlight()  # messages sent that may still wait in the broker
         self.limited = LimitedClaimer(
             claim=self._claim_limited,
             rules=lambda: self.rules,
@@ -230,7 +135,7 @@ class DispatcherLoop:
             now_ms=self.now_ms,
             lead_ms=self.lead_ms,
             owned=self._served,
-            room_for=self._room_for,
+            room_for=self.broker.room_for,
             claim_and_publish=self.claim_and_publish,
             rules=lambda: self.rules,
             min_priority=self.min_priority,
@@ -257,14 +162,12 @@ class DispatcherLoop:
         self.next_reap: float | None = 0.0
         self.next_worker_check = 0.0
         self.worker_recheck = False  # a dead peer's worker may die a moment after it
-        self.broker_retry_at = 0.0  # while the broker is unreachable: claim nothing before
         self.rules_stale = True  # the routing rules are read again before the next claims
         self.dead_peer_claims = True  # look for unstarted claims of dead dispatchers
         self.lost_claims = False  # a worker died: look for own claims it took unstarted
 
     # -- life cycle -------------------------------------------------------------------
     def start(self) -> None:
-        self.loop_thread = threading.get_ident()
         use_engine_sessions()
         self.record, _ = Dispatcher.objects.update_or_create(
             name=self.name,
@@ -298,12 +201,7 @@ class DispatcherLoop:
         """Open the broker connection and run the claim once for no job (id -1 never
         exists) now, not on the first due job (together some 5-40 ms on a busy machine:
         a late claim)."""
-        warm = getattr(self.publisher, "warm_up", None)
-        if warm:
-            try:
-                warm()
-            except self.broker_errors as exc:  # started while the broker is away: wait for it
-                self._broker_unreachable(exc)
+        self.broker.warm_up()  # a broker away at start-up: heard of at the first turn
         job_claim_due(ids=[-1], owner=self.name, ttl=0)
 
     def run(self) -> None:
@@ -367,6 +265,7 @@ class DispatcherLoop:
                 self._load_rules()
             self._record_degraded()  # also while only the limited claimer holds jobs
             self.source.step()
+            self._hear_broker()
             if self.stepped_out:  # the broker failed during this step
                 return
             if self._worker_check_due():
@@ -456,7 +355,7 @@ class DispatcherLoop:
 
     def _publish_claims(self, claims: list[Claim]) -> None:
         for queue, queue_claims in _by_queue(claims).items():
-            if not self._publish(queue, queue_claims):
+            if not self.broker.publish(queue, queue_claims):
                 break
 
     def _claim_limited(self, due: list[int], queue: str) -> ClaimOutcome:
@@ -466,7 +365,7 @@ class DispatcherLoop:
         reaper's next look, a broker error) is handed over, not written here."""
         rest: list[int] = []
         if not self.rules.bounded(queue):
-            room = self._room_for(len(due), queue)
+            room = self.broker.room_for(len(due), queue)
             if room <= 0:
                 return ClaimOutcome(due, self.now_ms() + BACKPRESSURE_RETRY_MS)
             due, rest = due[:room], due[room:]
@@ -485,36 +384,16 @@ class DispatcherLoop:
         while self.claimer_reaps:
             check_at = self.claimer_reaps.popleft()
             self.next_reap = min(self.next_reap or math.inf, check_at)
-        error, self.claimer_broker_error = self.claimer_broker_error, None
+        self._hear_broker()
+
+    def _hear_broker(self) -> None:
+        """A send or a look at the broker failed (on either thread): step out."""
+        error = self.broker.take_error()
         if error is not None:
             self._broker_unreachable(error)
 
-    def _publish(self, queue: str, claims: list[Claim]) -> bool:
-        batches = split_batches(
-            claims,
-            fanout=self.settings.fanout,
-            max_batch=self.settings.max_batch,
-            parallelism=self.settings.batch_parallelism,
-        )
-        try:
-            if queue == DEFAULT_QUEUE:
-                self.publisher(batches)
-            else:
-                self.publisher(batches, self.settings.celery_queue(queue))
-        except self.broker_errors as exc:  # claimed, not sent: they expire, the reaper returns them
-            self._broker_unreachable(exc)
-            return False
-        self.in_flight.sent(queue, batches, self.now_ms())
-        self.counters.update(messages=len(batches))
-        return True
-
     def _broker_unreachable(self, exc: BaseException) -> None:
-        if threading.get_ident() != self.loop_thread:  # the limited claimer's thread
-            self.broker_retry_at = self.now_ms() + BROKER_RETRY_SECONDS * 1000
-            self.claimer_broker_error = exc
-            return
         log.warning("dispatcher %s: broker unreachable, claiming nothing: %s", self.name, exc)
-        self.broker_retry_at = self.now_ms() + BROKER_RETRY_SECONDS * 1000
         if self.on_postgres and not self.stepped_out:
             self._step_out()
 
@@ -538,70 +417,17 @@ class DispatcherLoop:
                 time.sleep(0.1)
         if self.now_ms() >= self.next_heartbeat:
             self._heartbeat()
-        backlog_of = getattr(self.publisher, "backlog", None)
-        try:
-            if backlog_of:
-                backlog_of()
-        except self.broker_errors:
+        if not self.broker.answers():
             return
         log.info("dispatcher %s: broker reachable again, rejoining", self.name)
         self.stepped_out = False
-        self.broker_retry_at = 0.0
-
-    def _room_for(self, wanted: int, queue: str = DEFAULT_QUEUE) -> int:
-        """How many due jobs of a queue may be claimed now. Claiming faster than the
-        workers start jobs would only let claims expire in the queue and be claimed again."""
-        if self.now_ms() < self.broker_retry_at:
-            return 0
-        try:
-            backlog = self._backlog(queue)
-        except self.broker_errors as exc:
-            self._broker_unreachable(exc)
-            return 0
-        if backlog is None:
-            return wanted
-        if self._queue_too_old(queue, backlog):
-            return 0
-        free_messages = self.settings.max_queued_messages - backlog
-        return min(wanted, max(0, free_messages) * self.settings.max_batch)
-
-    def _backlog(self, queue: str) -> int | None:
-        """Messages waiting in a Tempo queue's Celery queue (None: the broker cannot
-        tell); raises one of `broker_errors` when the broker cannot be reached."""
-        backlog_of = getattr(self.publisher, "backlog", None)
-        if backlog_of is None:
-            return None
-        if queue == DEFAULT_QUEUE:
-            return backlog_of()
-        return backlog_of(self.settings.celery_queue(queue))
-
-    def _queue_too_old(self, queue: str, backlog: int) -> bool:
-        """Age backpressure: a message this dispatcher sent to the queue may have waited
-        there for over half a claim's lifetime: the workers are behind, claim no more."""
-        oldest = self.in_flight.oldest_waiting_ms(queue, backlog)
-        max_wait_ms = self.settings.claim_ttl_seconds * 1000 * MAX_MESSAGE_WAIT_OF_TTL
-        return oldest is not None and self.now_ms() - oldest > max_wait_ms
-
-    def _claims_waiting(self) -> list[int]:
-        """The ids of claims whose messages may still wait in the broker: the reaper
-        keeps their claims (docs: tasksapp/engine/dispatcher/inflight.py)."""
-        waiting: list[int] = []
-        for queue in self.in_flight.queues():
-            try:
-                backlog = self._backlog(queue)
-            except self.broker_errors:
-                continue  # unreachable: returned as ever, claimed again once it answers
-            if backlog is None:  # a hiccup: keep what was sent, asked again next time
-                backlog = self.settings.max_queued_messages
-            waiting += waiting_job_ids(self.in_flight.waiting(queue, backlog))
-        return waiting
 
     def _reap(self, *, everywhere: bool = False) -> None:
         owned = list(range(self.partitions)) if everywhere else self._served()
         reaped = job_reap_expired(
             partitions=self.partitions,
             owned=owned,
-            waiting=self._claims_waiting(),
+            waiting=self.broker.claims_waiting(),
             ttl=self.settings.claim_ttl_seconds,
         )
         self.counters.update(statements=1, reaped=reaped.count)
@@ -675,7 +501,7 @@ class DispatcherLoop:
         their leases now (the reap that follows returns them)."""
         self.lost_claims = False
         expired = job_expire_lost_claims(
-            owner=self.name, waiting=self._claims_waiting(), settle=LOST_CLAIM_SETTLE_SECONDS
+            owner=self.name, waiting=self.broker.claims_waiting(), settle=LOST_CLAIM_SETTLE_SECONDS
         )
         self.counters.update(statements=1)
         if expired:
@@ -761,6 +587,7 @@ class DispatcherLoop:
 
     def _flush_counters(self) -> None:
         self.counters.update(self.limited.take_counters())
+        self.counters.update(self.broker.take_counters())
         counts = {k: v for k, v in self.counters.items() if v}
         if not counts:
             return

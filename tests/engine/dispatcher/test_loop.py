@@ -14,8 +14,9 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 from tasksapp.engine import sql
 from tasksapp.engine.clock import ClockOffset
+from tasksapp.engine.dispatcher.broker import split_batches
 from tasksapp.engine.dispatcher.coordination import PostgresCoordinator
-from tasksapp.engine.dispatcher.loop import DispatcherLoop, split_batches
+from tasksapp.engine.dispatcher.loop import DispatcherLoop
 from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState
 from tasksapp.engine.services import job_schedule
 from tasksapp.engine.transitions import Claim

@@ -5,7 +5,7 @@ broker error the dispatcher handles (it steps out of the ring), not a crash and 
 import pytest
 from celery import Celery
 
-from tasksapp.engine.dispatcher.loop import CeleryPublisher
+from tasksapp.engine.dispatcher.broker import CeleryPublisher
 
 
 @pytest.fixture
