@@ -22,7 +22,7 @@ from django.db.models.functions import Greatest
 from tasksapp.engine.models import Job, JobState
 from tasksapp.engine.models.jobs import DUE_STATES
 from tasksapp.recurring import sql
-from tasksapp.recurring.models import FreeOrdinal, Member, SlicePlan
+from tasksapp.recurring.models import AudienceMember, FreeOrdinal, Member, SlicePlan
 from tasksapp.recurring.schedule import slice_of
 
 
@@ -34,8 +34,9 @@ class RecurringStore(Protocol):
         """Hold the active tasks (shared) while a member reads planned slices: a slice's
         insert (FOR UPDATE on its task) then either sees the member or is seen by it."""
 
-    def members_per_slice(self, slices: int) -> dict[int, int]:
-        """Active members per slice index, for a grid of `slices` slices."""
+    def members_per_slice(self, slices: int, *, task_id: int | None = None) -> dict[int, int]:
+        """Active members per slice index, for a grid of `slices` slices (of the audience
+        task `task_id`'s own members and phases, if given)."""
 
     def job_load(
         self, *, handler: str, start: dt.datetime, width: dt.timedelta, buckets: int
@@ -62,7 +63,10 @@ class PostgresRecurringStore:
     def lock_active_tasks_shared(self) -> None:
         _execute(sql.LOCK_TASKS_SHARED, {})
 
-    def members_per_slice(self, slices: int) -> dict[int, int]:
+    def members_per_slice(self, slices: int, *, task_id: int | None = None) -> dict[int, int]:
+        if task_id is not None:
+            params = {"slices": slices, "task_id": task_id}
+            return dict(_execute(sql.AUDIENCE_MEMBERS_PER_SLICE, params))
         return dict(_execute(sql.MEMBERS_PER_SLICE, {"slices": slices}))
 
     def job_load(
@@ -98,9 +102,13 @@ class SqliteRecurringStore:
     def lock_active_tasks_shared(self) -> None:
         pass
 
-    def members_per_slice(self, slices: int) -> dict[int, int]:
+    def members_per_slice(self, slices: int, *, task_id: int | None = None) -> dict[int, int]:
         counts: dict[int, int] = {}
-        for phase in Member.objects.filter(active=True).values_list("phase", flat=True):
+        if task_id is not None:
+            rows = AudienceMember.objects.filter(task_id=task_id, member__active=True)
+        else:
+            rows = Member.objects.filter(active=True, content_type__isnull=True)
+        for phase in rows.values_list("phase", flat=True):
             index = slice_of(phase, slices)
             counts[index] = counts.get(index, 0) + 1
         return counts

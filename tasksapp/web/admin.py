@@ -12,7 +12,7 @@ from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import connection, models, transaction
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
@@ -37,6 +37,7 @@ from tasksapp.engine.options import (
 )
 from tasksapp.engine.queues import queue_configure, routing_degrade
 from tasksapp.engine.services import JobInputError, job_schedule
+from tasksapp.recurring import phases
 from tasksapp.recurring.models import FreeOrdinal, Member, RecurringTask, SlicePlan
 from tasksapp.recurring.services import (
     MAX_MEMBER_IDS,
@@ -373,7 +374,7 @@ class MemberForm(forms.ModelForm):
 @admin.register(Member)
 class MemberAdmin(OperateMixin, DeclaredFiltersAdmin):
     form = MemberForm
-    list_display = ["external_id", "ordinal", "phase", "active", "created_at"]
+    list_display = ["external_id", "ordinal", "phase", "active", "created_at", "member_object"]
     list_filter = ["active"]
     search_fields = ["=external_id"]
     ordering = ["ordinal"]
@@ -382,8 +383,22 @@ class MemberAdmin(OperateMixin, DeclaredFiltersAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         # Phase and ordinal are given once, at creation; activity changes through actions.
-        fixed = ["ordinal", "phase", "active", "created_at"]
+        fixed = ["ordinal", "phase", "active", "created_at", "member_object"]
         return ["external_id", *fixed] if obj else fixed
+
+    @admin.display(description="object")
+    def member_object(self, obj):
+        """The object an audience brought this member in for, linked to its admin page."""
+        if obj.content_type_id is None:
+            return "-"
+        meta = obj.content_type
+        try:
+            url = reverse(f"admin:{meta.app_label}_{meta.model}_change", args=[obj.object_id])
+        except NoReverseMatch:
+            return f"{meta.app_label}.{meta.model} {obj.object_id}"
+        return format_html(
+            '<a href="{}">{}.{} {}</a>', url, meta.app_label, meta.model, obj.object_id
+        )
 
     def save_model(self, request, obj, form, change):
         if not change:  # the service gives the ordinal and phase, and plans open slices
@@ -418,6 +433,9 @@ class RecurringTaskForm(RoutingDefaults, forms.ModelForm):
     rolls back, so the service's refusal of the schedule shows as a form error."""
 
     handler = forms.ChoiceField(choices=())
+    phase_strategy = forms.ChoiceField(
+        choices=[(s, s) for s in phases.STRATEGIES], initial=phases.GOLDEN, required=False
+    )
 
     class Meta:
         model = RecurringTask
@@ -431,6 +449,9 @@ class RecurringTaskForm(RoutingDefaults, forms.ModelForm):
             "slices",
             "active",
             "retention",
+            "audience",
+            "audience_filter",
+            "phase_strategy",
         ]
 
     def __init__(self, *args, **kwargs) -> None:
@@ -442,6 +463,7 @@ class RecurringTaskForm(RoutingDefaults, forms.ModelForm):
     def save_through_service(self) -> RecurringTask:
         data = {k: v for k, v in self.cleaned_data.items() if k in self.Meta.fields}
         if self.instance.pk is None:
+            data["phase_strategy"] = data.get("phase_strategy") or phases.GOLDEN
             return recurring_task_create(**data)
         changed = {k: v for k, v in data.items() if k in self.changed_data}
         changed.pop("name", None)  # the name is read-only once created
@@ -484,7 +506,8 @@ class RecurringTaskAdmin(OperateMixin, DeclaredFiltersAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         machine = ["first_period", "next_from", "next_period", "next_slices", "created_at"]
-        return ["name", *machine, "planner_schedule"] if obj else ["planner_schedule"]
+        audience = ["audience", "audience_filter", "phase_strategy", "phase_shift"]
+        return ["name", *machine, *audience, "planner_schedule"] if obj else ["planner_schedule"]
 
     def save_model(self, request, obj, form, change):
         saved = form.save_through_service()

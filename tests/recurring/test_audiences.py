@@ -152,10 +152,12 @@ def test_sync_joins_and_leaves_set_based_and_plans_open_slices():
         assert state in (None, JobState.CANCELLED)
     cancelled = Job.objects.filter(payload__recurring_task_id=t.id, state=JobState.CANCELLED)
     assert set(cancelled.values_list("last_error", flat=True)) <= {REASON_LEFT.format(task="t")}
-    # A joiner whose time is still ahead in a planned slice got its job.
-    assert done.jobs_planned == sum(
-        1 for u in new if members[str(u.pk)] in after and after[members[str(u.pk)]] == "scheduled"
+    # A joiner got a job in each planned slice where its time is still ahead.
+    new_members = [members[str(u.pk)] for u in new]
+    joiners_jobs = Job.objects.filter(
+        payload__recurring_task_id=t.id, payload__member_id__in=new_members
     )
+    assert done.jobs_planned == joiners_jobs.filter(state=JobState.SCHEDULED).count()
 
     # Coming back restores the cancelled jobs still ahead; nothing is planned twice.
     User.objects.filter(pk__in=gone).update(is_active=True)

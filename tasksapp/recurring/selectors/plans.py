@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from django.db.models import Count, Max
 from django.utils import timezone
 
-from tasksapp.recurring.models import Member, RecurringTask, SlicePlan
+from tasksapp.recurring.models import AudienceMember, Member, RecurringTask, SlicePlan
 from tasksapp.recurring.schedule import Grid, slice_of
 from tasksapp.recurring.selectors.schedules import member_next_runs, recurring_task_schedule
 from tasksapp.recurring.store import recurring_store
@@ -30,6 +30,7 @@ class TaskRow:
     last_planned: SlicePlan | None
     current_period: int
     pending_change: str
+    audience_size: int | None = None  # members now, for a task with an audience
 
 
 def recurring_task_list(*, now: dt.datetime | None = None) -> list[TaskRow]:
@@ -38,6 +39,13 @@ def recurring_task_list(*, now: dt.datetime | None = None) -> list[TaskRow]:
     tasks = list(RecurringTask.objects.order_by("name"))
     counts = dict(
         SlicePlan.objects.values_list("task")
+        .annotate(n=Count("id"))
+        .order_by()
+        .values_list("task", "n")
+    )
+    sizes = dict(
+        AudienceMember.objects.filter(member__active=True)
+        .values_list("task")
         .annotate(n=Count("id"))
         .order_by()
         .values_list("task", "n")
@@ -53,7 +61,9 @@ def recurring_task_list(*, now: dt.datetime | None = None) -> list[TaskRow]:
                 f"in {schedule.pending.slices} slices"
             )
         grid = schedule.grid_at(now)
-        rows.append(TaskRow(task, counts.get(task.id, 0), last, grid.period_at(now), change))
+        size = sizes.get(task.id, 0) if task.audience else None
+        row = TaskRow(task, counts.get(task.id, 0), last, grid.period_at(now), change, size)
+        rows.append(row)
     return rows
 
 
@@ -108,7 +118,7 @@ def recurring_task_plan(
     grid = schedule.grid_for(period)
     start, end = grid.period_start(period), grid.period_start(period + 1)
     plans = {p.slice_index: p for p in SlicePlan.objects.filter(task=task, period=period)}
-    per_slice = _members_per_slice(grid.slices)
+    per_slice = _members_per_slice(grid.slices, task)
     active = sum(per_slice.values())
     current = slice_of((now - start) / grid.period, grid.slices) if start <= now < end else None
     slices = []
@@ -136,8 +146,9 @@ def recurring_task_plan(
     return view
 
 
-def _members_per_slice(slices: int) -> dict[int, int]:
-    return recurring_store().members_per_slice(slices)
+def _members_per_slice(slices: int, task: RecurringTask) -> dict[int, int]:
+    task_id = task.id if task.audience else None
+    return recurring_store().members_per_slice(slices, task_id=task_id)
 
 
 def _job_load(

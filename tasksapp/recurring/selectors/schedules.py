@@ -8,7 +8,7 @@ import datetime as dt
 from django.db.models import DateTimeField, ExpressionWrapper, F
 from django.utils import timezone
 
-from tasksapp.recurring.models import Member, RecurringTask, SlicePlan
+from tasksapp.recurring.models import AudienceMember, Member, RecurringTask, SlicePlan
 from tasksapp.recurring.schedule import Grid, Schedule, SliceKey
 
 
@@ -61,5 +61,16 @@ def member_next_runs(
     now) on, by the formula. Empty while the member or the task is inactive."""
     if not (member.active and task.active):
         return []
+    phase = member.phase
+    if task.audience:  # its own phase in the task, while the member is in the audience
+        phase = (
+            AudienceMember.objects.filter(task=task, member=member)
+            .values_list("phase", flat=True)
+            .first()
+        )
+        if phase is None:
+            return []
+    elif member.content_type_id is not None:
+        return []  # an audience's member: tasks without an audience do not run for it
     schedule = recurring_task_schedule(task=task)
-    return schedule.next_runs(member.phase, after=after or timezone.now(), count=count)
+    return schedule.next_runs(phase, after=after or timezone.now(), count=count)
