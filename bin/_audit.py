@@ -1,4 +1,4 @@
-"""bin/test's dependency audit: pip-audit over requirements.lock, against PyPI's advisories.
+"""bin/test's dependency audit: pip-audit over both locks, against PyPI's advisories.
 
 Any known vulnerability fails the run (exit 1). A package the advisory service could not
 look up is not audited, and the output says so; it never reads "No known vulnerabilities
@@ -49,7 +49,11 @@ NETWORK_ERRORS = (
 
 def run_pip_audit(report: Path) -> subprocess.CompletedProcess:
     command = os.environ.get("TEMPO_PIP_AUDIT") or str(ROOT / ".venv" / "bin" / "pip-audit")
-    arguments = ["--requirement", "requirements.lock", "--require-hashes", "--disable-pip"]
+    arguments = [
+        *("--requirement", "requirements.lock"),
+        *("--requirement", "requirements-dev.lock"),
+        *("--require-hashes", "--disable-pip"),
+    ]
     arguments += ["--progress-spinner", "off", "--format", "json", "--output", str(report)]
     return subprocess.run([command, *arguments], cwd=ROOT, capture_output=True, text=True)
 
