@@ -10,6 +10,7 @@ from django.urls import reverse
 
 from tasksapp.recurring.models import Member, RecurringTask
 from tasksapp.recurring.services import audience_sync, recurring_task_create
+from tests.web.dashboard.fixtures import *  # noqa: F403  (operator_api and its fixtures)
 
 HANDLER = "tests.handlers.recording.record"
 
@@ -87,3 +88,32 @@ def test_dashboard_shows_audience_size_and_last_sync(admin_client):
     assert f"{users} members" in html and f"+{users} / −0" in html and "synced" in html
     detail = admin_client.get(reverse("dashboard:recurring-detail", args=[task.pk]))
     assert f"{users} members" in detail.content.decode()
+
+
+def test_api_creates_a_task_with_an_audience_and_refuses_a_bad_one(operator_api):
+    body = {"name": "sync", "handler": HANDLER, "period_seconds": 86400, "slices": 24}
+    bad = operator_api.post(
+        "/api/recurring-tasks/",
+        {**body, "audience": "auth.User", "audience_filter": {"groups__nope": "beta"}},
+        format="json",
+    )
+    assert bad.status_code == 400
+    assert "audience_filter must be a JSON object of field lookups of auth.User" in str(bad.json())
+    assert not RecurringTask.objects.exists()
+
+    made = operator_api.post(
+        "/api/recurring-tasks/",
+        {**body, "audience": "auth.User", "audience_filter": {"groups__name": "beta"}},
+        format="json",
+    )
+    assert made.status_code == 201, made.json()
+    aligned = operator_api.post(
+        "/api/recurring-tasks/",
+        {**body, "name": "report", "audience": "auth.User", "align_with": made.json()["id"]},
+        format="json",
+    )
+    assert aligned.status_code == 201, aligned.json()
+    first, second = made.json(), aligned.json()
+    assert first["audience_filter"] == {"groups__name": "beta"}
+    assert second["aligned_with"] == first["id"]
+    assert second["phase_shift"] == first["phase_shift"] > 0
