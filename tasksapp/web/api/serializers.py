@@ -412,6 +412,25 @@ class RecurringTaskCreateSerializer(JobOptionsSerializer):
         default=dict,
         help_text='Days its finished jobs are kept, per state: {"succeeded": 3, "dead": 60}.',
     )
+    audience = serializers.CharField(
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text='A model label ("auth.User") or a registered @audience function; '
+        "empty: every active member.",
+    )
+    audience_filter = serializers.JSONField(
+        required=False, default=dict, help_text='Field lookups: {"is_active": true}.'
+    )
+    phase_strategy = serializers.ChoiceField(choices=["golden", "random"], default="golden")
+    align_with = serializers.PrimaryKeyRelatedField(
+        queryset=RecurringTask.objects.all(),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Run at the same phases as this task (both with an audience).",
+    )
 
     def validate_payload(self, value: Any) -> Any:
         if not isinstance(value, dict):
@@ -449,6 +468,14 @@ class RecurringTaskSerializer(serializers.ModelSerializer):
             "active",
             "retention",
             "created_at",
+            "audience",
+            "audience_filter",
+            "phase_strategy",
+            "phase_shift",
+            "aligned_with",
+            "audience_synced_at",
+            "audience_joined",
+            "audience_left",
         ]
         read_only_fields = fields
 
