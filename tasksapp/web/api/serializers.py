@@ -361,7 +361,17 @@ class GraphWaitSerializer(JobDetailSerializer):
 
 class JobListQuerySerializer(serializers.Serializer):
     state = serializers.ChoiceField(choices=JobState.choices, required=False)
-    handler = serializers.CharField(max_length=200, required=False)
+    handler = serializers.CharField(
+        max_length=200, required=False, help_text="A prefix: `myjobs` finds `myjobs.a.b`."
+    )
+    queue = serializers.CharField(max_length=64, required=False)
+    priority = serializers.IntegerField(min_value=0, max_value=9, required=False)
+    text = serializers.CharField(
+        max_length=200,
+        required=False,
+        help_text="In the last error, the idempotency key or the payload; searched in the "
+        "10,000 latest jobs matching the other filters before the cursor (`next` goes on).",
+    )
     task = serializers.IntegerField(min_value=1, max_value=2**63 - 1, required=False)
     member = serializers.CharField(max_length=200, required=False, help_text="external_id")
     run_at_from = serializers.DateTimeField(required=False)

@@ -121,6 +121,9 @@ class JobListView(EndpointView):
             member=_member_filter(query.get("member")),
             run_at_from=query.get("run_at_from"),
             run_at_to=query.get("run_at_to"),
+            queue=query.get("queue"),
+            priority=query.get("priority"),
+            text=query.get("text"),
         )
         page = job_page(
             filters=filters,

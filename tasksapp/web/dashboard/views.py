@@ -53,6 +53,7 @@ from tasksapp.web.operators import (
 from tasksapp.web.selectors.dashboard import dashboard_overview, job_history_by_day
 from tasksapp.web.selectors.health import health_read
 from tasksapp.web.selectors.jobs import (
+    SEARCH_WINDOW,
     JobFilterError,
     JobFilters,
     job_get,
@@ -178,11 +179,11 @@ def _plan_chart(view) -> dict[str, Any]:
     }
 
 
-def _checked(errors: list[str], read: Callable[..., Any], *args: Any) -> Any:
+def _checked(errors: list[str], read: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """A query parameter read by `read` (tasksapp/web/dashboard/query.py); when it is
     refused, its message goes to `errors` and None comes back."""
     try:
-        return read(*args)
+        return read(*args, **kwargs)
     except params.BadQuery as exc:
         errors.append(str(exc))
         return None
@@ -217,6 +218,9 @@ def _job_filters(request: HttpRequest, errors: list[str]) -> JobFilters:
         member=member,
         run_at_from=_checked(errors, params.time, request.GET, "run_at_from"),
         run_at_to=_checked(errors, params.time, request.GET, "run_at_to"),
+        queue=_checked(errors, params.text, request.GET, "queue") or None,
+        priority=_checked(errors, params.whole, request.GET, "priority", low=0, high=9),
+        text=_checked(errors, params.text, request.GET, "text") or None,
     )
 
 
@@ -238,6 +242,8 @@ def job_list(request: HttpRequest) -> HttpResponse:
     context = {
         "page": page,
         "errors": errors,
+        "search_window": SEARCH_WINDOW,
+        "priorities": range(MAX_PRIORITY, -1, -1),
         "states": JobState.values,
         "tasks": RecurringTask.objects.order_by("name").only("id", "name"),
         "query": request.GET,

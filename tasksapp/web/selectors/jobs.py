@@ -7,6 +7,14 @@ task → `job_handler_run_at_idx`, none → `job_run_at_id_idx`; a member's jobs
 by their idempotency keys (`plan:<task>:<period>:<member>`) in the unique index. The
 three run-time indexes leave out the jobs in flight (claimed, running): without a state
 filter those are read apart through `job_lease_idx` and merged into the page.
+
+The handler filter is a prefix (`myjobs` finds `myjobs.billing.charge`): a range on
+`handler` that `job_handler_run_at_idx` serves in any collation (a `LIKE 'x%'` would
+need `text_pattern_ops`), with `startswith` kept for exactness. Queue and priority have
+no index of their own: they filter the rows the run-time order reads. Text (in the last
+error, the idempotency key, the payload) has no index at all, so it is searched in a
+bounded window: the SEARCH_WINDOW latest jobs matching the other filters, before the
+cursor; the page's next cursor then continues below that window.
 """
 
 from __future__ import annotations
@@ -44,6 +52,8 @@ MAX_CURSOR_CHARS = 200
 MAX_ID = 2**63 - 1
 # JSON columns a list page may leave unloaded when they are large (json_inline_chars).
 LARGE_JSON = ("payload", "result", "errors", "history")
+SEARCH_WINDOW = 10_000  # a text search reads at most this many jobs per page
+MAX_TEXT = 200
 MEMBER_PLANS = 400  # a member filter looks at this many of the latest slice plans
 LIST_FIELDS = (
     "id",
@@ -57,11 +67,15 @@ LIST_FIELDS = (
     "max_attempts",
     "delivery",
     "idempotency_key",
+    "queue",
+    "priority",
 )
 
 ERR_CURSOR = "cursor is not valid: use the link of the previous page."
 ERR_STATE = "state must be one of: {choices}."
 ERR_RANGE = "run_at_from must be before run_at_to."
+ERR_PRIORITY = "priority must be a whole number from 0 to 9."
+ERR_TEXT = f"text: at most {MAX_TEXT} characters."
 
 
 class JobFilterError(ValueError):
@@ -76,6 +90,9 @@ class JobFilters:
     member: Member | None = None
     run_at_from: dt.datetime | None = None
     run_at_to: dt.datetime | None = None
+    queue: str | None = None
+    priority: int | None = None
+    text: str | None = None  # in last_error, idempotency_key or payload (bounded window)
 
 
 @dataclass
@@ -83,6 +100,9 @@ class JobPage:
     jobs: list[Job]
     next_cursor: str | None  # None on the last page
     filters: JobFilters = field(default_factory=JobFilters)
+    # A text search that read a whole window: the oldest run time it reached (the next
+    # cursor goes on below it); None when the search reached the end of the jobs.
+    searched_to: dt.datetime | None = None
 
 
 def cursor_encode(job: Job) -> str:
@@ -116,7 +136,13 @@ def _filtered(filters: JobFilters) -> QuerySet[Job]:
             raise JobFilterError(ERR_STATE.format(choices=", ".join(JobState.values)))
         jobs = jobs.filter(state=filters.state)
     if filters.handler:
-        jobs = jobs.filter(handler=filters.handler)
+        jobs = jobs.filter(handler_prefix(filters.handler))
+    if filters.queue:
+        jobs = jobs.filter(queue=filters.queue)
+    if filters.priority is not None:
+        if not 0 <= filters.priority <= 9:
+            raise JobFilterError(ERR_PRIORITY)
+        jobs = jobs.filter(priority=filters.priority)
     if filters.task is not None:
         jobs = jobs.filter(
             handler=filters.task.handler, idempotency_key__startswith=f"plan:{filters.task.id}:"
@@ -130,6 +156,36 @@ def _filtered(filters: JobFilters) -> QuerySet[Job]:
     if filters.run_at_to:
         jobs = jobs.filter(run_at__lt=filters.run_at_to)
     return jobs
+
+
+def handler_prefix(prefix: str) -> Q:
+    """Handlers starting with `prefix`, as an index range [prefix, next prefix) that a
+    btree on `handler` serves, and `startswith` for exactness whatever the collation."""
+    last = ord(prefix[-1])
+    if last >= 0x10FFFF:  # no next character: the range is open above
+        return Q(handler__gte=prefix, handler__startswith=prefix)
+    upper = prefix[:-1] + chr(last + 1 if last + 1 not in range(0xD800, 0xE000) else 0xE000)
+    return Q(handler__gte=prefix, handler__lt=upper, handler__startswith=prefix)
+
+
+def _text_match(jobs: QuerySet[Job], text: str) -> QuerySet[Job]:
+    if len(text) > MAX_TEXT:
+        raise JobFilterError(ERR_TEXT)
+    jobs = jobs.alias(payload_text=Cast("payload", output_field=TextField()))
+    return jobs.filter(
+        Q(last_error__icontains=text)
+        | Q(idempotency_key__icontains=text)
+        | Q(payload_text__icontains=text)
+    )
+
+
+def _window_end(jobs: QuerySet[Job], *, by_state: bool) -> tuple[dt.datetime, int] | None:
+    """The (run_at, id) of the SEARCH_WINDOW-th latest of `jobs` not in flight (an offset
+    read of one index range), None when there are fewer."""
+    if not by_state:
+        jobs = jobs.filter(NOT_LEASED)
+    ends = jobs.order_by("-run_at", "-id").values_list("run_at", "id")
+    return ends[SEARCH_WINDOW - 1 : SEARCH_WINDOW].first()
 
 
 def member_job_keys(*, member: Member, task: RecurringTask | None = None) -> list[str]:
@@ -167,6 +223,13 @@ def job_page(
         jobs = jobs.filter(Q(run_at__lt=run_at) | Q(id__lt=job_id), run_at__lte=run_at)
     if columns is not None:
         jobs = jobs.only(*columns)
+    window_end = None
+    if filters.text:
+        window_end = _window_end(jobs, by_state=bool(filters.state))
+        if window_end is not None:
+            end_at, end_id = window_end
+            jobs = jobs.filter(Q(run_at__gt=end_at) | Q(run_at=end_at, id__gte=end_id))
+        jobs = _text_match(jobs, filters.text)
     if json_inline_chars is not None:
         jobs = _large_json_left_out(jobs, json_inline_chars)
     rows = _latest(jobs, limit + 1, by_state=bool(filters.state))
@@ -175,7 +238,12 @@ def job_page(
     if json_inline_chars is not None:
         for job in rows:
             _inline_json(job, json_inline_chars)
-    return JobPage(rows, cursor_encode(rows[-1]) if more and rows else None, filters)
+    if more and rows:
+        return JobPage(rows, cursor_encode(rows[-1]), filters)
+    if window_end is not None:  # the window is read: the next page searches below it
+        end = Job(run_at=window_end[0], id=window_end[1])
+        return JobPage(rows, cursor_encode(end), filters, searched_to=window_end[0])
+    return JobPage(rows, None, filters)
 
 
 def _latest(jobs: QuerySet[Job], count: int, *, by_state: bool) -> list[Job]:

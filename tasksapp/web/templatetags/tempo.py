@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 from django import template
+from django.utils import timezone
+from django.utils.html import format_html
 
 register = template.Library()
 PALETTE = ["#2f6fde", "#1f9d55", "#7c5cd6", "#d97706", "#0e9aa7", "#c2417b", "#5b6b8c", "#8a6d1f"]
@@ -75,3 +78,64 @@ def color(index) -> str:
 @register.filter
 def get(mapping, key):
     return mapping.get(key) if isinstance(mapping, dict) else None
+
+
+# --- values as people read them ---------------------------------------------------------
+
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
+
+
+def _relative(seconds: float) -> str:
+    """3 min ago / in 2 h."""
+    words = age(abs(seconds))
+    return f"in {words}" if seconds < 0 else f"{words} ago"
+
+
+@register.filter
+def when(value) -> str:
+    """One format for every timestamp: `2026-11-29 06:03:12 UTC · 3 min ago`, the
+    relative part as of rendering (UTC, with the exact time in the title)."""
+    if not isinstance(value, dt.datetime):
+        return "—"
+    value = value.astimezone(dt.UTC) if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    exact = value.strftime(TIME_FORMAT)
+    ago = (timezone.now() - value).total_seconds()
+    return format_html(
+        '<time datetime="{}" title="{}">{} <span class="rel">· {}</span></time>',
+        value.isoformat(),
+        exact,
+        exact,
+        _relative(ago),
+    )
+
+
+@register.filter
+def took(start, end) -> str:
+    """The time from `start` to `end` (two datetimes), as a duration: 1.25 s, 3.0 min."""
+    if not isinstance(start, dt.datetime) or not isinstance(end, dt.datetime):
+        return "—"
+    return ms((end - start).total_seconds() * 1000)
+
+
+@register.filter
+def pretty(value) -> str:
+    """A JSON value (payload, result, policy, audit detail) pretty-printed in a block
+    with a copy button. None → `null`, True → `true`."""
+    try:
+        text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        text = str(value)
+    return format_html(
+        '<div class="json"><button type="button" class="copy" data-copy '
+        'title="Copy to the clipboard">copy</button><pre>{}</pre></div>',
+        text,
+    )
+
+
+@register.filter
+def jsonline(value) -> str:
+    """A JSON value on one line (a table cell): `{"fail_rate": 1.0}`, `true`, `null`."""
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return str(value)
