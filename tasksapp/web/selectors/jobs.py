@@ -45,6 +45,7 @@ from tasksapp.engine.models import LEASED_STATES, NOT_LEASED, Job, JobState
 from tasksapp.graphs.selectors import GraphView, graph_run_get, graph_run_id_for_job
 from tasksapp.recurring.models import Member, RecurringTask, SlicePlan
 from tasksapp.recurring.services import job_key_prefix
+from tasksapp.web.models import OperatorAction
 
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
@@ -55,6 +56,8 @@ LARGE_JSON = ("payload", "result", "errors", "history")
 SEARCH_WINDOW = 10_000  # a text search reads at most this many jobs per page
 MAX_TEXT = 200
 MEMBER_PLANS = 400  # a member filter looks at this many of the latest slice plans
+MAX_OPERATOR_EVENTS = 50  # a job's timeline shows at most this many operator actions
+FINAL_STATE_VALUES = ("dead", "lost", "cancelled")
 LIST_FIELDS = (
     "id",
     "handler",
@@ -342,20 +345,56 @@ def job_timeline(*, job: Job) -> list[TimelineEvent]:
         events.append(
             TimelineEvent(at, f"attempt {entry.get('attempt', '?')} failed", detail, "error")
         )
+    events += _operator_events(job)  # after the failures: a final state follows the last
     events.append(TimelineEvent(job.run_at, "run at", "due (the latest attempt)"))
     if job.claimed_at:
         events.append(TimelineEvent(job.claimed_at, "claimed", job.claimed_by))
     if job.started_at:
-        lag = (job.started_at - job.run_at).total_seconds() * 1000
-        events.append(
-            TimelineEvent(job.started_at, "started", f"attempt {job.attempts}, lag {lag:.0f} ms")
-        )
+        events.append(TimelineEvent(job.started_at, "started", _start_detail(job)))
     if job.finished_at and job.state in (JobState.SUCCEEDED, JobState.CANCELLED):
         kind = "ok" if job.state == JobState.SUCCEEDED else "info"
         events.append(TimelineEvent(job.finished_at, job.state, "", kind))
     elif job.finished_at and job.state in (JobState.DEAD, JobState.LOST):
         events.append(TimelineEvent(job.finished_at, job.state, job.last_error, "error"))
     return sorted(events, key=lambda e: e.at)
+
+
+def _start_detail(job: Job) -> str:
+    """The attempt and its lag behind the run time. A start before the run time belongs
+    to an earlier run (the job was retried or snoozed since): no lag to tell."""
+    if job.started_at < job.run_at:
+        return f"attempt {job.attempts}, before the job was due again"
+    lag = (job.started_at - job.run_at).total_seconds() * 1000
+    return f"attempt {job.attempts}, lag {lag:.0f} ms"
+
+
+def _operator_events(job: Job) -> list[TimelineEvent]:
+    """The operators' actions on the job (the audit log). A retry also tells the final
+    state it took the job out of, which the job no longer holds: shown when the job
+    ended, at its last failed attempt (or just before the retry)."""
+    events = []
+    actions = OperatorAction.objects.filter(target_type="job", target_id=str(job.id))
+    for action in actions.order_by("at")[:MAX_OPERATOR_EVENTS]:
+        details = action.details if isinstance(action.details, dict) else {}
+        before = details.get("state_before")
+        who = action.username or "someone"
+        detail = f"by {who} via {action.via}" + (f", was {before}" if before else "")
+        events.append(TimelineEvent(action.at, action.action.replace("_", " "), detail))
+        if action.action == "retry" and before in FINAL_STATE_VALUES:
+            ended = _last_failure_before(job, action.at) or action.at
+            kind = "info" if before == JobState.CANCELLED else "error"
+            events.append(TimelineEvent(ended, before, "ended (until the retry)", kind))
+    return events
+
+
+def _last_failure_before(job: Job, moment: dt.datetime) -> dt.datetime | None:
+    times = [
+        at
+        for entry in job.errors or []
+        if isinstance(entry, dict) and (at := _parse_time(entry.get("at"))) is not None
+    ]
+    earlier = [at for at in times if at <= moment]
+    return max(earlier) if earlier else None
 
 
 def _history_events(job: Job) -> list[TimelineEvent]:
