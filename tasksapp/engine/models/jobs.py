@@ -19,6 +19,8 @@ class JobState(models.TextChoices):
 # States a dispatcher may claim; states whose lease the reaper watches.
 DUE_STATES = (JobState.SCHEDULED, JobState.FAILED)
 LEASED_STATES = (JobState.CLAIMED, JobState.RUNNING)
+# What an operator may retry: ended without success, or failed and waiting for a retry.
+RETRYABLE_STATES = (JobState.DEAD, JobState.LOST, JobState.CANCELLED, JobState.FAILED)
 FINAL_STATES = (JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED, JobState.LOST)
 # Jobs not in flight: the condition of the indexes a claim and a start need not write.
 NOT_LEASED = ~Q(state__in=LEASED_STATES)

@@ -95,7 +95,7 @@ def _cancel(ids: Sequence[int]) -> int:
 
 
 ACTIONS = {
-    "retry": BulkAction(RETRYABLE, lambda ids: job_retry_many(ids=ids, run_at=timezone.now())),
+    "retry": BulkAction(RETRYABLE, lambda ids: job_retry_many(ids=ids)),
     "cancel": BulkAction(WAITING | CANCEL_ASKABLE, _cancel),
     "run_now": BulkAction(WAITING, lambda ids: job_run_now_many(ids=ids)),
 }

@@ -8,12 +8,16 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from django.db.models import F, Q
-from django.db.models.functions import Greatest
+from django.db.models import Q
 from django.utils import timezone
 
 from tasksapp.engine.models import Delivery, Job, JobState
-from tasksapp.engine.models.jobs import DUE_STATES, LEASED_STATES, new_idempotency_key
+from tasksapp.engine.models.jobs import (
+    DUE_STATES,
+    LEASED_STATES,
+    RETRYABLE_STATES,
+    new_idempotency_key,
+)
 from tasksapp.engine.options import (
     DEFAULT_PRIORITY,
     DEFAULT_QUEUE,
@@ -52,7 +56,6 @@ RUN_AT_PAST = dt.timedelta(days=1)
 RUN_AT_FUTURE_YEARS = 10
 RUN_AT_FUTURE = dt.timedelta(days=365 * RUN_AT_FUTURE_YEARS + 3)
 # What a retry takes back to `scheduled` (job_retry, and the bulk retry by filter).
-RETRYABLE_STATES = (JobState.DEAD, JobState.LOST, JobState.CANCELLED, JobState.FAILED)
 # What makes two jobs the same job, when one key names both (run_at excepted: callers
 # compute it from the clock, so a repeated request carries a slightly different one).
 IDENTITY_FIELDS = (
@@ -246,37 +249,28 @@ CANCEL_ASKABLE = Q(state__in=LEASED_STATES, cancel_requested_at__isnull=True)
 # --- the owners: each transition of an operator's, set-based --------------------------
 
 
-def job_retry_many(*, ids: Sequence[int], run_at: dt.datetime) -> int:
-    """dead|lost|cancelled|failed → scheduled at `run_at`, with one more attempt allowed
-    than used, for each of `ids` in such a state; how many moved."""
-    return Job.objects.filter(RETRYABLE, id__in=ids).update(
-        state=JobState.SCHEDULED,
-        run_at=run_at,
-        finished_at=None,
-        claimed_by="",
-        lease_expires_at=None,
-        cancel_requested_at=None,
-        max_attempts=Greatest(F("max_attempts"), F("attempts") + 1),
-    )
+def job_retry_many(*, ids: Sequence[int], run_at: dt.datetime | None = None) -> int:
+    """dead|lost|cancelled|failed → scheduled at `run_at` (None: now, by the database's
+    clock), with one more attempt allowed than used, for each of `ids` in such a state;
+    how many moved."""
+    return job_store().retry(ids=ids, run_at=run_at)
 
 
 def job_cancel_waiting_many(*, ids: Sequence[int]) -> int:
     """scheduled|failed → cancelled for each of `ids` in such a state; how many."""
-    return Job.objects.filter(WAITING, id__in=ids).update(
-        state=JobState.CANCELLED, finished_at=timezone.now(), lease_expires_at=None
-    )
+    return job_store().cancel_waiting(ids=ids)
 
 
 def job_cancel_request_many(*, ids: Sequence[int]) -> int:
     """A cancel requested of each of `ids` claimed or running and not asked yet: its
     worker stops the handler where it checks; how many were asked."""
-    return Job.objects.filter(CANCEL_ASKABLE, id__in=ids).update(cancel_requested_at=timezone.now())
+    return job_store().request_cancel(ids=ids)
 
 
 def job_run_now_many(*, ids: Sequence[int]) -> int:
     """The run time of each of `ids` waiting (scheduled|failed) moved to now, its state
     kept; how many. The jobs table's trigger tells the dispatchers at once."""
-    return Job.objects.filter(WAITING, id__in=ids).update(run_at=timezone.now())
+    return job_store().run_now(ids=ids)
 
 
 # --- one job -------------------------------------------------------------------------
@@ -312,7 +306,7 @@ def job_cancel(*, job_id: int) -> Job:
 def job_retry(*, job_id: int, run_at: dt.datetime | None = None) -> Job:
     """dead|lost|cancelled|failed → scheduled at `run_at` (default now), with one more
     attempt allowed than it has used."""
-    when = _validated_run_at(run_at) if run_at is not None else timezone.now()
+    when = _validated_run_at(run_at) if run_at is not None else None
     _get(job_id)
     if not job_retry_many(ids=[job_id], run_at=when):
         raise JobInputError(ERR_RETRY_STATE.format(job_id=job_id, state=_get(job_id).state))

@@ -7,8 +7,15 @@ callers (tasksapp.engine.transitions) never pass empty batches.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from typing import Any, Protocol, overload
+
+from django.db.models import F
+from django.db.models.functions import Greatest, Now
+
+from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.models.jobs import DUE_STATES, LEASED_STATES, RETRYABLE_STATES
 
 from . import rows
 
@@ -83,6 +90,14 @@ class JobStore(Protocol):
         lock is gone (they died), unless the server started within `grace` s; the names
         of the workers found dead (each is reported once)."""
         ...
+
+    def retry(self, *, ids: Sequence[int], run_at: dt.datetime | None = None) -> int:
+        """An operator's retry: dead|lost|cancelled|failed → scheduled (OperatorTransitions)."""
+        ...
+
+    def cancel_waiting(self, *, ids: Sequence[int]) -> int: ...
+    def request_cancel(self, *, ids: Sequence[int]) -> int: ...
+    def run_now(self, *, ids: Sequence[int]) -> int: ...
 
     def expire_claims_of_dead_dispatchers(self) -> int:
         """End at once the leases of the unstarted claims of dispatchers whose
@@ -186,3 +201,40 @@ class InsertsBySource:
 
     def _insert_slice(self, source: rows.MemberSlice) -> rows.PlannedSlice:
         raise NotImplementedError
+
+
+class OperatorTransitions:
+    """The operator's transitions (retry, cancel, run now), the same on both backends:
+    set-based, each guarded on the states it may change, every time the database's
+    (`Now()`), as for the engine's own transitions. Their one caller is
+    tasksapp.engine.services."""
+
+    def retry(self, *, ids: Sequence[int], run_at: dt.datetime | None = None) -> int:
+        """dead|lost|cancelled|failed → scheduled at `run_at` (None: now), with one more
+        attempt allowed than used; how many moved."""
+        return Job.objects.filter(state__in=RETRYABLE_STATES, id__in=ids).update(
+            state=JobState.SCHEDULED,
+            run_at=Now() if run_at is None else run_at,
+            finished_at=None,
+            claimed_by="",
+            lease_expires_at=None,
+            cancel_requested_at=None,
+            max_attempts=Greatest(F("max_attempts"), F("attempts") + 1),
+        )
+
+    def cancel_waiting(self, *, ids: Sequence[int]) -> int:
+        """scheduled|failed → cancelled; how many."""
+        return Job.objects.filter(state__in=DUE_STATES, id__in=ids).update(
+            state=JobState.CANCELLED, finished_at=Now(), lease_expires_at=None
+        )
+
+    def request_cancel(self, *, ids: Sequence[int]) -> int:
+        """A cancel asked of each claimed or running job not asked yet; how many."""
+        asked = Job.objects.filter(
+            state__in=LEASED_STATES, cancel_requested_at__isnull=True, id__in=ids
+        )
+        return asked.update(cancel_requested_at=Now())
+
+    def run_now(self, *, ids: Sequence[int]) -> int:
+        """The run time of each waiting (scheduled|failed) job moved to now; how many."""
+        return Job.objects.filter(state__in=DUE_STATES, id__in=ids).update(run_at=Now())

@@ -20,7 +20,7 @@ from tasksapp.engine.sql import DISPATCHER_LOCK_CLASS, WORKER_LOCK_CLASS
 
 from . import pg_session
 from . import postgres_sql as sql
-from .base import LEASE_EXPIRED_KIND, InsertsBySource
+from .base import LEASE_EXPIRED_KIND, InsertsBySource, OperatorTransitions
 from .pg_session import engine_cursor
 from .rows import (
     Claim,
@@ -96,7 +96,7 @@ _INSERTED, _PLANNED = rows_of(InsertedJob), rows_of(PlannedSlice)
 _QUEUE_LIMITS = rows_of(QueueLimits)
 
 
-class PostgresJobStore(InsertsBySource):
+class PostgresJobStore(InsertsBySource, OperatorTransitions):
     """The JobStore of PostgreSQL (see tasksapp.engine.store.base for each operation)."""
 
     notifies = True

@@ -18,7 +18,7 @@ from django.utils import timezone
 from tasksapp.engine.models import Delivery, Job, JobQueue, JobState
 from tasksapp.engine.models.jobs import DUE_STATES, LEASED_STATES
 
-from .base import LEASE_EXPIRED_KIND, InsertsBySource
+from .base import LEASE_EXPIRED_KIND, InsertsBySource, OperatorTransitions
 from .rows import (
     Claim,
     DatabaseTime,
@@ -89,7 +89,7 @@ def _started(job: Job, clock: DatabaseTime) -> StartedJob:
     )
 
 
-class SqliteJobStore(InsertsBySource):
+class SqliteJobStore(InsertsBySource, OperatorTransitions):
     """The JobStore of the other databases (see tasksapp.engine.store.base for each)."""
 
     notifies = False
