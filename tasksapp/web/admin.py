@@ -9,6 +9,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.utils import flatten_fieldsets
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import connection, models, transaction
@@ -17,6 +18,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 
 from tasksapp.engine.handlers import registry as handler_registry
+from tasksapp.engine.jsonvalues import safe_json
 from tasksapp.engine.models import (
     Dispatcher,
     DispatcherCounter,
@@ -71,6 +73,7 @@ from tasksapp.web.operators import (
     routing_degrade_audited,
     routing_restore_audited,
 )
+from tasksapp.web.templatetags.tempo import json_text
 
 VIA = OperatorAction.Via.ADMIN
 PLANNER_ENTRY = "tempo: plan due slices"  # migration 0004's django-celery-beat entry
@@ -301,6 +304,44 @@ class JobScheduleForm(RoutingDefaults, forms.ModelForm):
         return cleaned
 
 
+# A stored job's page: everything it holds, read-only, JSON values pretty-printed.
+JOB_STORED_FIELDSETS = (
+    (
+        None,
+        {
+            "fields": [
+                "handler",
+                "state",
+                ("attempts", "max_attempts"),
+                ("queue", "priority"),
+                "delivery",
+                "idempotency_key",
+            ]
+        },
+    ),
+    (
+        "Times",
+        {
+            "fields": [
+                "run_at",
+                "created_at",
+                ("claimed_at", "claimed_by"),
+                "started_at",
+                "finished_at",
+                "lease_expires_at",
+                "cancel_requested_at",
+            ]
+        },
+    ),
+    ("Values", {"fields": ["payload_json", "result_json", "retry_policy_json", "time_limit"]}),
+    ("Errors", {"fields": ["last_error", "errors_json", "history_json"]}),
+)
+
+
+def _json_block(value) -> str:
+    return format_html('<pre style="white-space: pre-wrap">{}</pre>', json_text(safe_json(value)))
+
+
 @admin.register(Job)
 class JobAdmin(OperateMixin, DeclaredFiltersAdmin):
     """Jobs are added through job_schedule and changed only by the engine and the audited
@@ -326,6 +367,36 @@ class JobAdmin(OperateMixin, DeclaredFiltersAdmin):
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     actions = ["retry_jobs", "cancel_jobs", "run_jobs_now", "cancel_graphs"]
+
+    def get_fieldsets(self, request, obj=None):
+        if obj is None:  # a new job: the scheduling form
+            return super().get_fieldsets(request, obj)
+        return JOB_STORED_FIELDSETS
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return super().get_readonly_fields(request, obj)
+        return flatten_fieldsets(JOB_STORED_FIELDSETS)
+
+    @admin.display(description="payload")
+    def payload_json(self, job: Job) -> str:
+        return _json_block(job.payload)
+
+    @admin.display(description="result")
+    def result_json(self, job: Job) -> str:
+        return _json_block(job.result)
+
+    @admin.display(description="retry policy")
+    def retry_policy_json(self, job: Job) -> str:
+        return _json_block(job.retry_policy)
+
+    @admin.display(description="errors (one per failed attempt)")
+    def errors_json(self, job: Job) -> str:
+        return _json_block(job.errors)
+
+    @admin.display(description="history")
+    def history_json(self, job: Job) -> str:
+        return _json_block(job.history)
 
     def has_add_permission(self, request) -> bool:
         return self.has_operate_permission(request)

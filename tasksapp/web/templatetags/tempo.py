@@ -117,14 +117,19 @@ def took(start, end) -> str:
     return ms((end - start).total_seconds() * 1000)
 
 
+def json_text(value) -> str:
+    """A JSON value as indented JSON text (keys sorted); a value JSON cannot hold: str."""
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
 @register.filter
 def pretty(value) -> str:
     """A JSON value (payload, result, policy, audit detail) pretty-printed in a block
     with a copy button. None → `null`, True → `true`."""
-    try:
-        text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
-    except (TypeError, ValueError):
-        text = str(value)
+    text = json_text(value)
     return format_html(
         '<div class="json"><button type="button" class="copy" data-copy '
         'title="Copy to the clipboard">copy</button><pre>{}</pre></div>',

@@ -66,6 +66,25 @@ def test_a_stored_job_is_read_only_in_the_admin(admin_client):
     assert delete.status_code == 403 and Job.objects.filter(id=job.id).exists()
 
 
+def test_a_stored_job_page_shows_its_state_attempts_errors_and_result(admin_client):
+    job = make_job(
+        JobState.DEAD,
+        attempts=2,
+        max_attempts=2,
+        last_error="RuntimeError: card <declined>",
+        errors=[{"attempt": 2, "kind": "error", "error": "card declined"}],
+        result={"ok": False, "charged": None},
+        payload={"fail_rate": 1.0},
+    )
+    body = admin_client.get(reverse("admin:tasksapp_job_change", args=[job.id])).content.decode()
+    for label in ("State:", "Attempts:", "Max attempts:", "Last error:", "Errors (one per"):
+        assert label in body
+    assert "RuntimeError: card &lt;declined&gt;" in body
+    assert "&quot;charged&quot;: null" in body and "&quot;ok&quot;: false" in body
+    assert "&quot;fail_rate&quot;: 1.0" in body and "{'fail_rate'" not in body
+    assert "&quot;error&quot;: &quot;card declined&quot;" in body
+
+
 def _job_form(**overrides) -> dict:
     run_at = timezone.localtime(timezone.now() + dt.timedelta(hours=1))
     data = {
