@@ -30,6 +30,7 @@ from tasksapp.engine.dispatcher.coordination import (
     LocalCoordinator,
     PostgresCoordinator,
 )
+from tasksapp.engine.dispatcher.degraded import DegradedMode
 from tasksapp.engine.dispatcher.limited import LimitedClaimer
 from tasksapp.engine.dispatcher.routing import Route, RoutingRules, routing_rules_read
 from tasksapp.engine.dispatcher.sources.base import (
@@ -107,8 +108,10 @@ class DispatcherLoop:
         self.record: Dispatcher | None = None
         self.rules = RoutingRules()
         self.degraded_reason = ""  # why only critical jobs are claimed now ("": all are)
-        self.backlog_since: float | None = None  # over DEGRADED_BACKLOG since (ms)
-        self.backlog_degraded_until: float | None = None
+        self.degraded = DegradedMode(
+            threshold=self.settings.degraded_backlog,
+            after_seconds=self.settings.degraded_after_seconds,
+        )
         self.claim_floor = MIN_PRIORITY  # the lowest priority claimed now (min_priority)
         # From the limited claimer's thread, for the loop to act on: when its claims'
         # leases want the reaper.
@@ -552,38 +555,12 @@ class DispatcherLoop:
 
     def _degraded_now(self) -> str:
         """Why only critical jobs may be claimed now, or "" (docs/ROUTING.md)."""
-        if self.rules.degraded:
-            return f"switched on by an operator: {self.rules.degraded}"
-        if getattr(self.source, "mode", None) == MODE_UNREACHABLE:
-            return "the Redis due index cannot be reached"
-        return self._backlog_degraded()
-
-    def _backlog_degraded(self) -> str:
-        """Over DEGRADED_BACKLOG due jobs held unclaimed for DEGRADED_AFTER_SECONDS: only
-        critical jobs are claimed for as long again; then every job is claimed again
-        (highest priority first), until the backlog has stayed over the threshold for
-        another such spell. A backlog that persists thus alternates between the two."""
-        threshold = self.settings.degraded_backlog
-        if threshold <= 0:
-            return ""
-        now, spell = self.now_ms(), self.settings.degraded_after_seconds * 1000
-        reason = (
-            f"more than {threshold} due jobs waited unclaimed for over "
-            f"{self.settings.degraded_after_seconds:g} s"
+        return self.degraded.reason(
+            now_ms=self.now_ms(),
+            operator=self.rules.degraded,
+            index_unreachable=getattr(self.source, "mode", None) == MODE_UNREACHABLE,
+            waiting=self.source.waiting,
         )
-        if self.backlog_degraded_until is not None:
-            if now < self.backlog_degraded_until:
-                return reason
-            self.backlog_degraded_until = self.backlog_since = None
-        if self.source.waiting() <= threshold:
-            self.backlog_since = None
-            return ""
-        if self.backlog_since is None:
-            self.backlog_since = now
-        if now - self.backlog_since < spell:
-            return ""
-        self.backlog_degraded_until = now + spell
-        return reason
 
     def _flush_counters(self) -> None:
         self.counters.update(self.limited.take_counters())
