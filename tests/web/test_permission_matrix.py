@@ -70,6 +70,7 @@ def statuses(anonymous, norole, staff, viewer, operator, superuser=None) -> dict
 # Answers by kind of endpoint (anonymous, no role, staff, viewer, operator[, superuser]).
 PAGE = statuses(302, 403, 403, 200, 200)  # a dashboard page: login, then the viewer role
 PAGE_ACTION = statuses(302, 403, 403, 403, 302)  # a dashboard action: back to the page
+CONFIRM_PAGE = statuses(302, 403, 403, 403, 200)  # an operator's confirmation step
 API_READ = statuses(401, 403, 403, 200, 200)
 API_WRITE_OK = statuses(401, 403, 403, 403, 200)
 API_CREATED = statuses(401, 403, 403, 403, 201)
@@ -208,6 +209,22 @@ MATRIX: list[Row] = [
             ("paused_schedule", "resume"),
             ("schedule", "run-now"),
             ("schedule", "delete"),
+        ]
+    ],
+    # The confirmation step of the actions that stop work: operators only, changes nothing.
+    *[
+        Row(
+            "dashboard:action-confirm",
+            "GET",
+            "operate",
+            CONFIRM_PAGE,
+            {"kind": kind, "target": target, "action": action},
+        )
+        for kind, target, action in [
+            ("jobs", "job", "cancel"),
+            ("recurring", "task", "pause"),
+            ("schedules", "schedule", "pause"),
+            ("queues", "mail", "pause"),
         ]
     ],
     Row("dashboard:audit", "GET", "view", PAGE),

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import schedules, tokens, views
+from . import confirm, schedules, tokens, views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -25,6 +25,11 @@ urlpatterns = [
         name="schedule-action",
     ),
     path("audit/", views.audit_list, name="audit"),
+    path(
+        "confirm/<str:kind>/<str:target>/<str:action>/",
+        confirm.action_confirm,
+        name="action-confirm",
+    ),
     path("tokens/", tokens.token_list, name="tokens"),
     path("tokens/new/", tokens.token_create, name="token-create"),
     path("tokens/<int:token_id>/revoke/", tokens.token_revoke, name="token-revoke"),
