@@ -45,6 +45,11 @@
         var doc = new DOMParser().parseFromString(html, "text/html");
         var fresh = doc.getElementById("live");
         if (!fresh) throw new Error("no live part");
+        // Sections the reader opened (details with an id) stay open after the swap.
+        document.querySelectorAll("#live details[id][open]").forEach(function (open) {
+          var again = fresh.querySelector("details#" + open.id);
+          if (again) again.open = true;
+        });
         document.getElementById("live").replaceWith(fresh);
         var data = T.read("overview-data");
         document.getElementById("updated").textContent = data.now.slice(11, 19);
