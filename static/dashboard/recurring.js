@@ -51,15 +51,15 @@
       },
       options: { scales: { x: { title: { display: true, text: "slice" }, ticks: { maxTicksLimit: 24 } }, y: { beginAtZero: true } } },
     });
-    var counts = data.load.counts, total = counts.reduce(function (a, b) { return a + b; }, 0);
-    var mean = counts.length ? total / counts.length : 0;
+    // The mean of the parts in planned slices only, drawn over those (the server's).
+    var counts = data.load.counts, planned = data.load.planned || [], mean = data.load.mean;
     T.make(charts, "load-chart", {
       type: "line",
       data: {
         labels: data.load.labels,
         datasets: [
           { label: "jobs due", data: counts, borderColor: "#2f6fde", backgroundColor: "rgba(47,111,222,.15)", fill: true, pointRadius: 0, stepped: true },
-          { label: "mean", data: counts.map(function () { return mean; }), borderColor: "#d64545", borderDash: [5, 4], pointRadius: 0, borderWidth: 2 },
+          { label: "mean of the planned slices", data: counts.map(function (_, i) { return mean !== null && planned[i] ? mean : null; }), borderColor: "#d64545", borderDash: [5, 4], pointRadius: 0, borderWidth: 2 },
         ],
       },
       options: { scales: { x: { ticks: { maxTicksLimit: 8 } }, y: { beginAtZero: true, title: { display: true, text: "jobs per part" } } } },

@@ -93,6 +93,7 @@ class PlanView:
     active_members: int
     load_starts: list[dt.datetime] = field(default_factory=list)
     load_counts: list[int] = field(default_factory=list)
+    load_planned: list[bool] = field(default_factory=list)  # each part lies in a planned slice
     current_slice: int | None = None
     first_period: int = 0
     last_planned_period: int | None = None
@@ -104,6 +105,15 @@ class PlanView:
     @property
     def jobs_in_period(self) -> int:
         return sum(self.load_counts)
+
+    @property
+    def load_mean(self) -> float | None:
+        """Jobs per part over the parts of planned slices only (the others have no jobs
+        yet: counting them would pull the mean down); None when no slice is planned."""
+        counts = [
+            n for n, planned in zip(self.load_counts, self.load_planned, strict=False) if planned
+        ]
+        return sum(counts) / len(counts) if counts else None
 
 
 def recurring_task_plan(
@@ -135,7 +145,7 @@ def recurring_task_plan(
                 members=per_slice.get(index, 0),
                 expected=active / grid.slices,
                 jobs_planned=plan.jobs_planned if plan else None,
-                missed=plan.missed if plan else None,
+                missed=missed_while_task_existed(plan, task) if plan else None,
                 planned_at=plan.planned_at if plan else None,
             )
         )
@@ -143,7 +153,37 @@ def recurring_task_plan(
     view.first_period = schedule.current.first
     view.last_planned_period = SlicePlan.objects.filter(task=task).aggregate(p=Max("period"))["p"]
     view.load_starts, view.load_counts = _job_load(task.handler, start, end)
+    view.load_planned = [
+        _in_planned_slice(view, at + (end - start) / LOAD_BUCKETS / 2) for at in view.load_starts
+    ]
     return view
+
+
+def _in_planned_slice(view: PlanView, moment: dt.datetime) -> bool:
+    index = slice_of((moment - view.period_start) / view.grid.period, view.grid.slices)
+    return view.slices[index].planned
+
+
+def missed_while_task_existed(plan: SlicePlan, task: RecurringTask) -> int:
+    """The plan's missed members less those whose time in the slice came before the
+    task was created: they were never due (a task created a moment ago has missed none,
+    though its first slice began earlier)."""
+    if not plan.missed or plan.starts_at >= task.created_at:
+        return plan.missed
+    if plan.ends_at <= task.created_at:
+        return 0
+    low, _ = plan.phase_bounds
+    created = (task.created_at - plan.period_start) / plan.period_length
+    return max(plan.missed - _members_between(task, low, created), 0)
+
+
+def _members_between(task: RecurringTask, low: float, high: float) -> int:
+    """Active members of the task whose phase is in [low, high) (the phase index)."""
+    if task.audience:
+        members = AudienceMember.objects.filter(task=task, member__active=True)
+    else:
+        members = Member.objects.filter(active=True)
+    return members.filter(phase__gte=low, phase__lt=high).count()
 
 
 def _members_per_slice(slices: int, task: RecurringTask) -> dict[int, int]:

@@ -172,6 +172,8 @@ def _plan_chart(view) -> dict[str, Any]:
         "load": {
             "labels": [t.strftime("%m-%d %H:%M") for t in view.load_starts],
             "counts": view.load_counts,
+            "planned": view.load_planned,
+            "mean": view.load_mean,
         },
         "period_start": view.period_start.isoformat(),
         "period_end": view.period_end.isoformat(),
