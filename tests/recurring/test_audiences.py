@@ -271,3 +271,28 @@ def test_signals_follow_relations(django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         beta.user_set.remove(frank)
     assert members_of(t) == {str(gina.pk)}
+
+
+def test_the_timer_is_installed_and_syncs_every_audience_task():
+    from django_celery_beat.models import PeriodicTask
+
+    from schedapp.celery import app
+    from tasksapp.recurring.tasks import AUDIENCE_SYNC, audience_sync_task
+
+    entry = PeriodicTask.objects.get(task=AUDIENCE_SYNC)
+    assert entry.enabled and entry.interval.every == 5 and entry.interval.period == "minutes"
+    app.loader.import_default_modules()
+    assert AUDIENCE_SYNC in app.tasks
+    users(4)
+    t = task()
+    assert audience_sync_task.apply().get() == {"t": 4}
+    assert len(members_of(t)) == 4
+
+
+def test_audiences_need_postgresql(monkeypatch):
+    from tasksapp.recurring.services import recurring_tasks
+
+    monkeypatch.setattr(recurring_tasks.connection, "vendor", "sqlite")
+    with pytest.raises(PlanningInputError, match="audiences need PostgreSQL"):
+        task()
+    assert not RecurringTask.objects.exists()
