@@ -182,7 +182,7 @@ def _members_between(task: RecurringTask, low: float, high: float) -> int:
     if task.audience:
         members = AudienceMember.objects.filter(task=task, member__active=True)
     else:
-        members = Member.objects.filter(active=True)
+        members = Member.objects.filter(active=True, content_type__isnull=True)
     return members.filter(phase__gte=low, phase__lt=high).count()
 
 
