@@ -261,7 +261,11 @@ def test_operator_cancels_a_job(browser, live_server, operator, shots):
     assert str(job.id) in browser.find_element(By.ID, "jobs").text
     shots(browser, "05-jobs")
     browser.get(f"{live_server.url}/jobs/{job.id}/")
-    browser.find_element(By.ID, "cancel").click()
+    browser.find_element(By.ID, "cancel").click()  # asks first: nothing changed yet
+    wait(browser, lambda d: f"Cancel job {job.id}?" in d.find_element(By.ID, "confirm").text)
+    assert Job.objects.get(id=job.id).state == JobState.SCHEDULED
+    shots(browser, "06-job-cancel-confirm")
+    browser.find_element(By.ID, "confirm-yes").click()
     wait(browser, lambda d: "cancelled." in d.find_element(By.CSS_SELECTOR, ".messages").text)
     assert browser.find_element(By.ID, "job-state").text == "cancelled"
     assert Job.objects.get(id=job.id).state == JobState.CANCELLED
