@@ -18,6 +18,7 @@ from tasksapp.recurring.services import (
     member_create_many,
     plan_due_slices,
     recurring_task_create,
+    recurring_task_update,
 )
 from tasksapp.recurring.services.audiences import REASON_LEFT
 
@@ -296,3 +297,27 @@ def test_audiences_need_postgresql(monkeypatch):
     with pytest.raises(PlanningInputError, match="audiences need PostgreSQL"):
         task()
     assert not RecurringTask.objects.exists()
+
+
+def test_a_task_changes_its_audience_and_the_pass_moves_its_members():
+    beta = Group.objects.create(name="beta")
+    alice, bob = users(2)
+    bob.groups.add(beta)
+    t = task()
+    plan_due_slices()
+    assert members_of(t) == {str(alice.pk), str(bob.pk)}
+    recurring_task_update(task=t, audience_filter={"groups__name": "beta"})
+    done = audience_sync(task=t)
+    assert (done.joined, done.left) == (0, 1)
+    assert members_of(t) == {str(bob.pk)}
+
+    with pytest.raises(PlanningInputError, match="audience_filter must be a JSON object"):
+        recurring_task_update(task=t, audience_filter={"nope": 1})
+    with pytest.raises(PlanningInputError, match="cannot gain or lose its audience"):
+        recurring_task_update(task=t, audience="")
+    plain = task("plain", audience="", audience_filter=None)
+    with pytest.raises(PlanningInputError, match="cannot gain or lose its audience"):
+        recurring_task_update(task=plain, audience="auth.User")
+    t.refresh_from_db()
+    plain.refresh_from_db()
+    assert t.audience_filter == {"groups__name": "beta"} and plain.audience == ""

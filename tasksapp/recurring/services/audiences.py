@@ -86,16 +86,16 @@ def audience_objects_changed(*, task: RecurringTask, keys: Sequence[object]) -> 
 def _sync(task: RecurringTask, *, only: list[str] | None, now: dt.datetime) -> AudienceSync:
     if connection.vendor != "postgresql":
         raise PlanningInputError(ERR_AUDIENCE_DATABASE.format(vendor=connection.vendor))
-    try:
-        queryset = audience_queryset(task.audience, task.audience_filter)
-    except AudienceError as exc:
-        raise PlanningInputError(str(exc)) from exc
-    if only is not None:
-        queryset = queryset.filter(pk__in=only)
-    model = queryset.model
-    content_type = ContentType.objects.get_for_model(model, for_concrete_model=False)
     with transaction.atomic():
-        task = RecurringTask.objects.select_for_update().get(pk=task.pk)
+        task = RecurringTask.objects.select_for_update().get(pk=task.pk)  # as stored now
+        try:
+            queryset = audience_queryset(task.audience, task.audience_filter)
+        except AudienceError as exc:
+            raise PlanningInputError(str(exc)) from exc
+        if only is not None:
+            queryset = queryset.filter(pk__in=only)
+        model = queryset.model
+        content_type = ContentType.objects.get_for_model(model, for_concrete_model=False)
         [(joined_at,)] = _execute(sql.AUDIENCE_CLOCK, {}, fetch=True)
         params = {
             "task_id": task.pk,

@@ -52,6 +52,10 @@ ERR_ACTIVE = "active must be true or false."
 ERR_PHASE_STRATEGY = "phase_strategy must be one of: {choices} (got {value!r})."
 ERR_ALIGN_WITH = "align_with must be another recurring task with an audience, for a task with one."
 ERR_ALIGN_RANDOM = "tasks run aligned share golden-ratio phases: both need phase_strategy 'golden'."
+ERR_AUDIENCE_SWITCH = (
+    "a task cannot gain or lose its audience once created (its members and phases would "
+    "change under the slices already planned): create a new task instead."
+)
 ERR_AUDIENCE_DATABASE = "audiences need PostgreSQL (the database here is {vendor})."
 
 MIN_PERIOD = dt.timedelta(minutes=1)
@@ -167,12 +171,16 @@ def recurring_task_update(
     epoch: dt.datetime = UNCHANGED,
     active: bool = UNCHANGED,
     retention: dict = UNCHANGED,
+    audience: str = UNCHANGED,
+    audience_filter: dict = UNCHANGED,
     now: dt.datetime | None = None,
 ) -> RecurringTask:
     """Change a task. Job options apply to slices planned from now on. A new period or
     slice count takes effect at the first period boundary that is in the future and
     after every planned slice (docs/PLANNING.md); the epoch can change only while no
-    slice is planned. New retention ages apply to the task's finished jobs at the next
+    slice is planned. A task's audience or filter may change (not be added or removed):
+    the next pass (audience_sync) moves its members. New retention ages apply to the
+    task's finished jobs at the next
     retention run, old ones included."""
     now = now or timezone.now()
     ages = UNCHANGED if retention is UNCHANGED else _validated_retention(retention)
@@ -205,6 +213,8 @@ def recurring_task_update(
             raise PlanningInputError(ERR_ACTIVE)
         if ages is not UNCHANGED:
             task.retention = ages
+        if audience is not UNCHANGED or audience_filter is not UNCHANGED:
+            _change_audience(task, audience, audience_filter)
         _store(task, schedule, options, active=task.active if active is UNCHANGED else active)
     return task
 
@@ -217,6 +227,17 @@ def _validated_audience(audience: Any, audience_filter: Any) -> tuple[str, dict]
     if label and connection.vendor != "postgresql":
         raise PlanningInputError(ERR_AUDIENCE_DATABASE.format(vendor=connection.vendor))
     return label, filters
+
+
+def _change_audience(task: RecurringTask, audience: Any, audience_filter: Any) -> None:
+    """A task with an audience may take another one (or another filter): the next pass
+    moves its members. A task cannot gain or lose its audience: its members and phases
+    would change under the slices already planned."""
+    label = task.audience if audience is UNCHANGED else audience
+    filters = task.audience_filter if audience_filter is UNCHANGED else audience_filter
+    if not task.audience or not label:
+        raise PlanningInputError(ERR_AUDIENCE_SWITCH)
+    task.audience, task.audience_filter = _validated_audience(label, filters)
 
 
 def _validated_strategy(strategy: Any, *, audience: str, align_with: Any) -> str:
