@@ -28,11 +28,18 @@ def audience_models_forget(**kwargs) -> None:
     _cache["until"] = 0.0
 
 
+def _watched(model) -> bool:
+    """Tempo's own rows (members, jobs) are never an audience."""
+    return model._meta.app_label not in ("tasksapp", "contenttypes", "django_celery_beat")
+
+
+def _fresh() -> bool:
+    return time.monotonic() < _cache["until"]
+
+
 def _tasks_of(model) -> list[int]:
-    """The active tasks whose audience is `model`'s objects."""
-    if model._meta.app_label == "tasksapp" or model._meta.app_label == "contenttypes":
-        return []  # Tempo's own rows (members, jobs) are never an audience
-    if time.monotonic() >= _cache["until"]:
+    """The active tasks whose audience is `model`'s objects (read again when stale)."""
+    if not _fresh():
         _cache["tasks"] = _audience_models()
         _cache["until"] = time.monotonic() + AUDIENCE_MODELS_TTL
     return _cache["tasks"].get(model._meta.concrete_model._meta.label_lower, [])
@@ -44,7 +51,7 @@ def _audience_models() -> dict[str, list[int]]:
 
     found: dict[str, list[int]] = {}
     try:
-        with transaction.atomic():  # a savepoint: a failure here leaves the caller's intact
+        with transaction.atomic():  # after commit; a failure here leaves nothing behind
             tasks = list(
                 RecurringTask.objects.filter(active=True)
                 .exclude(audience="")
@@ -65,6 +72,8 @@ def _follow(task_ids: list[int], keys: Iterable[object]) -> None:
     from tasksapp.recurring.models import RecurringTask
     from tasksapp.recurring.services.audiences import audience_objects_changed
 
+    if not task_ids:
+        return
     keys = list(keys)
     for task in RecurringTask.objects.filter(id__in=task_ids, active=True):
         try:
@@ -74,10 +83,18 @@ def _follow(task_ids: list[int], keys: Iterable[object]) -> None:
 
 
 def _changed(model, keys: Iterable[object]) -> None:
-    task_ids = _tasks_of(model)
-    if task_ids:
-        keys = [key for key in keys if key is not None]
-        transaction.on_commit(lambda: _follow(task_ids, keys))
+    """Follow the objects after commit. Inside the saving transaction nothing is queried:
+    with the audiences read less than AUDIENCE_MODELS_TTL ago the model is looked up at
+    once, else after commit (a save in a transaction rolled back costs nothing)."""
+    if not _watched(model):
+        return
+    keys = [key for key in keys if key is not None]
+    if _fresh():
+        task_ids = _tasks_of(model)
+        if task_ids:
+            transaction.on_commit(lambda: _follow(task_ids, keys))
+    else:
+        transaction.on_commit(lambda: _follow(_tasks_of(model), keys))
 
 
 def _saved(sender, instance, raw=False, **kwargs) -> None:

@@ -321,3 +321,18 @@ def test_a_task_changes_its_audience_and_the_pass_moves_its_members():
     t.refresh_from_db()
     plain.refresh_from_db()
     assert t.audience_filter == {"groups__name": "beta"} and plain.audience == ""
+
+
+def test_a_save_queries_nothing_more_inside_its_transaction(django_capture_on_commit_callbacks):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tasksapp.recurring import signals
+
+    t = task()  # saving a task makes the audiences be read again
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        with CaptureQueriesContext(connection) as queries:
+            hank = User.objects.create(username="hank")
+        assert not [q for q in queries if "tasksapp_recurringtask" in q["sql"]]
+    assert len(callbacks) == 1 and members_of(t) == {str(hank.pk)}
+    assert signals._fresh()  # read after commit; the next saves look it up at once
