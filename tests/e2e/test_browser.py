@@ -388,7 +388,9 @@ def test_queues_page_pause_and_degraded_mode(browser, live_server, operator, sho
     reports = browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="reports"]')
     assert "no worker" in reports.text
     billing = browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="billing"]')
-    billing.find_element(By.TAG_NAME, "button").click()
+    billing.find_element(By.LINK_TEXT, "Pause…").click()  # asks first
+    wait(browser, lambda d: "Pause the queue billing?" in d.find_element(By.ID, "confirm").text)
+    browser.find_element(By.ID, "confirm-yes").click()
     wait(browser, lambda d: "Queue billing paused" in d.page_source)
     browser.find_element(By.ID, "degrade-reason").send_keys("billing database failover")
     browser.find_element(By.ID, "routing-degrade").click()
