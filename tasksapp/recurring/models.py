@@ -64,7 +64,8 @@ class FreeOrdinal(models.Model):
 
 
 class RecurringTask(models.Model):
-    """Work that runs for every active member once per period, spread by phase.
+    """Work that runs once per period for every active member, or for the members of its
+    audience (the host's own objects, see AudienceMember), spread by phase.
 
     The schedule: period `first_period` starts at `epoch`, every period lasts `period` and
     is planned in `slices` slices. A change of period or slices waits in the `next_*`
