@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import signal
 import socket
 import time
-from collections import Counter, deque
+from collections import Counter
 
 from django.db import DatabaseError, InterfaceError, connection
 from django.db.models import F
@@ -41,6 +40,7 @@ from tasksapp.engine.dispatcher.sources.base import (
     DueSource,
 )
 from tasksapp.engine.dispatcher.sources.database import DatabaseSource
+from tasksapp.engine.dispatcher.upkeep import Upkeep
 from tasksapp.engine.models import Dispatcher, DispatcherCounter
 from tasksapp.engine.options import MIN_PRIORITY
 from tasksapp.engine.runtime import freeze_startup_heap
@@ -51,10 +51,6 @@ from tasksapp.engine.transitions import (
     Claim,
     job_claim_due,
     job_claim_limited,
-    job_expire_claims_of_dead_dispatchers,
-    job_expire_dead_workers,
-    job_expire_lost_claims,
-    job_reap_expired,
 )
 
 log = logging.getLogger(__name__)
@@ -74,14 +70,7 @@ HEARTBEAT_SECONDS = 10.0
 # Below its share after a round (a dead peer's locks still being released, a peer yet to
 # hand over), an instance looks again this soon rather than a round later.
 SHORT_OF_SHARE_RETRY_MS = 100
-# After a peer dispatcher's death, a check for dead workers that found none looks once
-# more this soon: a worker killed beside it may end its session a moment later.
-DEAD_PEER_RECHECK_MS = 100
 MAX_WAIT_SECONDS = 0.1  # wake up this often to notice signals (no query is made)
-# After a worker's death, a claim not started this long after it was made, whose message
-# no longer waits in the broker, was taken by the dead worker: returned at once. (A live
-# worker starts a message it takes within milliseconds: it only takes one with a free slot.)
-LOST_CLAIM_SETTLE_SECONDS = 0.25
 
 
 class DispatcherLoop:
@@ -99,8 +88,6 @@ class DispatcherLoop:
         # announced by NOTIFY unless the dispatchers poll only (TEMPO_DISPATCH_NOTIFY).
         self.on_postgres = job_store().notifies
         self.uses_notify = self.on_postgres and self.settings.dispatch_notify
-        # Dead workers are seen by their liveness locks (PostgreSQL only).
-        self.worker_checks = self.on_postgres and self.settings.worker_check_seconds > 0
         self.settings.check_dispatch(listen_notify=self.uses_notify, postgres=self.on_postgres)
         self.counters: Counter[str] = Counter()
         self.stopping = False
@@ -113,9 +100,6 @@ class DispatcherLoop:
             after_seconds=self.settings.degraded_after_seconds,
         )
         self.claim_floor = MIN_PRIORITY  # the lowest priority claimed now (min_priority)
-        # From the limited claimer's thread, for the loop to act on: when its claims'
-        # leases want the reaper.
-        self.claimer_reaps: deque[float] = deque()
         self.limited = LimitedClaimer(
             claim=self._claim_limited,
             rules=lambda: self.rules,
@@ -125,6 +109,18 @@ class DispatcherLoop:
             name=f"{self.name} limited claimer",
         )
         self.source = self._due_source()
+        self.upkeep = Upkeep(
+            name=self.name,
+            settings=self.settings,
+            counters=self.counters,
+            now_ms=self.now_ms,
+            partitions=lambda: self.partitions,
+            served=self._served,
+            claims_waiting=self.broker.claims_waiting,
+            hold_reaped=self._hold_reaped,
+            on_postgres=self.on_postgres,
+            uses_notify=self.uses_notify,
+        )
         self.stepped_out = False  # out of the ring until the broker answers again
         self.adopt_orphans = False  # polling only: the watched peer died; take its share
         self._reset_schedule()
@@ -162,12 +158,8 @@ class DispatcherLoop:
     def _reset_schedule(self) -> None:
         self.next_coordination = 0.0
         self.next_heartbeat = 0.0
-        self.next_reap: float | None = 0.0
-        self.next_worker_check = 0.0
-        self.worker_recheck = False  # a dead peer's worker may die a moment after it
         self.rules_stale = True  # the routing rules are read again before the next claims
-        self.dead_peer_claims = True  # look for unstarted claims of dead dispatchers
-        self.lost_claims = False  # a worker died: look for own claims it took unstarted
+        self.upkeep.reset()
 
     # -- life cycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -262,8 +254,6 @@ class DispatcherLoop:
                 return
             if self.now_ms() >= self.next_coordination:
                 self._coordinate()
-            if self.dead_peer_claims:
-                self._return_claims_of_dead_peers()
             if self.rules_stale:
                 self._load_rules()
             self._record_degraded()  # also while only the limited claimer holds jobs
@@ -271,10 +261,7 @@ class DispatcherLoop:
             self._hear_broker()
             if self.stepped_out:  # the broker failed during this step
                 return
-            if self._worker_check_due():
-                self._check_workers()
-            if self.next_reap is not None and self.now_ms() >= self.next_reap:
-                self._reap()
+            self.upkeep.step()
             if self.now_ms() >= self.next_heartbeat:
                 self._heartbeat()
             if wait and not self.stopping:
@@ -313,7 +300,7 @@ class DispatcherLoop:
             self.source.released(change.released)
         if change.gained:
             log.info("dispatcher %s: took partitions %s", self.name, change.gained)
-            self.next_reap = 0.0  # orphans of a dead owner
+            self.upkeep.partitions_gained()
             self.source.gained(change.gained)
         round_ms = self.settings.coordination_seconds * 1000
         if change.short:  # a share not free yet: its locks go within ms, not a round
@@ -330,7 +317,7 @@ class DispatcherLoop:
         self.settings = dataclasses.replace(self.settings, partitions=count)
         self.source = self._due_source()
         self.next_coordination = 0.0
-        self.next_reap = 0.0
+        self.upkeep.partitions_gained()
 
     def claim_and_publish(self, due: list[int], limited_queue: str | None = None) -> ClaimOutcome:
         """Claim these ids (fenced: only rows still due are won) and publish the claims,
@@ -342,8 +329,7 @@ class DispatcherLoop:
         if lost:
             self._flush_counters()
         if claims:
-            check_at = self.now_ms() + self.settings.claim_ttl_seconds * 1000 + 500
-            self.next_reap = min(self.next_reap or math.inf, check_at)
+            self.upkeep.claims_made()
         self._publish_claims(claims)
         return outcome
 
@@ -377,16 +363,12 @@ class DispatcherLoop:
         with self.limited.lock:
             self.limited.counters.update(statements=1, claims=len(claims), claims_lost=lost)
         if claims:
-            reap_at = self.now_ms() + self.settings.claim_ttl_seconds * 1000 + 500
-            self.claimer_reaps.append(reap_at)
+            self.upkeep.claims_made()
         self._publish_claims(claims)
         return ClaimOutcome(outcome.held + rest, outcome.retry_at_ms)
 
     def _take_claimer_news(self) -> None:
-        """What the limited claimer's thread left for the loop."""
-        while self.claimer_reaps:
-            check_at = self.claimer_reaps.popleft()
-            self.next_reap = min(self.next_reap or math.inf, check_at)
+        """What the limited claimer's thread left for the loop: a broker error."""
         self._hear_broker()
 
     def _hear_broker(self) -> None:
@@ -425,99 +407,14 @@ class DispatcherLoop:
         log.info("dispatcher %s: broker reachable again, rejoining", self.name)
         self.stepped_out = False
 
-    def _reap(self, *, everywhere: bool = False) -> None:
-        owned = list(range(self.partitions)) if everywhere else self._served()
-        reaped = job_reap_expired(
-            partitions=self.partitions,
-            owned=owned,
-            waiting=self.broker.claims_waiting(),
-            ttl=self.settings.claim_ttl_seconds,
-        )
-        self.counters.update(statements=1, reaped=reaped.count)
-        if reaped.count:
-            log.info("dispatcher %s: returned %s jobs with expired leases", self.name, reaped.count)
-            if not self.uses_notify and isinstance(self.source, DatabaseSource):
-                self._hold_reaped(reaped.due)
-        expiry_ms = reaped.next_expiry_ms
-        self.next_reap = None if expiry_ms is None else expiry_ms + 200
-
     def _hold_reaped(self, due: list) -> None:
         """Polling only, no NOTIFY announces the next run of the jobs just returned: the
         reaper holds those due again itself, in whichever partition, and claims them like
         any other (fenced: if an owner's poll found one first, one of the two claims wins)."""
+        if self.uses_notify or not isinstance(self.source, DatabaseSource):
+            return
         for job_id, run_at_ms, priority, queue in due:
             self.source.announced(job_id, run_at_ms, Route(queue, priority, run_at_ms))
-
-    def _watching_workers(self) -> bool:
-        """While jobs are leased in its partitions (the reaper has a next look), never
-        when idle: an idle dispatcher sends no statement."""
-        return self.worker_checks and self.next_reap is not None
-
-    def _worker_check_due(self) -> bool:
-        return self._watching_workers() and self.now_ms() >= self.next_worker_check
-
-    def _look_for_dead_workers(self, *, again: bool = False) -> None:
-        """Check for dead workers now. `again`: a peer dispatcher died, perhaps with a
-        worker beside it (one host, one container) whose session may end a moment later:
-        a check that finds none is followed by one more, DEAD_PEER_RECHECK_MS later."""
-        self.next_worker_check = 0.0
-        self.worker_recheck = self.worker_recheck or again
-
-    def _check_workers(self) -> None:
-        """Workers that died (their liveness lock is gone): their running jobs' leases end
-        now, and this instance returns them at once, in every partition (one dispatcher
-        finds each death). With notifications the owners learn of the jobs by NOTIFY, as of
-        any retry; polling only, the finder holds and claims them itself. Polling only,
-        each dispatcher also reaps its own partitions at every check (a death found by a
-        peer whose reap failed, a claim's lease run out)."""
-        dead = job_expire_dead_workers(grace=self.settings.run_lease_seconds)
-        if dead:  # (the look itself reads the workers' rows and locks, not the jobs table)
-            self.counters.update(statements=1)
-            log.warning("dispatcher %s: worker processes died: %s", self.name, ", ".join(dead))
-            self._tell_peers_of_worker_death()
-        if dead or self.lost_claims:
-            self._expire_lost_claims()
-        if dead:
-            self._reap(everywhere=True)
-        elif not self.uses_notify:
-            self._reap()
-        interval_ms = self.settings.worker_check_seconds * 1000
-        if self.worker_recheck and not dead:
-            interval_ms = min(interval_ms, DEAD_PEER_RECHECK_MS)
-        self.worker_recheck = False
-        self.next_worker_check = self.now_ms() + interval_ms
-
-    def _return_claims_of_dead_peers(self) -> None:
-        """A peer dispatcher died (or this one started): its claims not started, perhaps
-        never published, are returned now instead of when their leases run out."""
-        self.dead_peer_claims = False
-        if not self.on_postgres:
-            return
-        expired = job_expire_claims_of_dead_dispatchers()
-        self.counters.update(statements=1)
-        if expired:
-            log.info("dispatcher %s: %s claims of dead dispatchers returned", self.name, expired)
-            self._reap(everywhere=True)
-
-    def _expire_lost_claims(self) -> None:
-        """A worker died: this dispatcher's claims that it took and never started end
-        their leases now (the reap that follows returns them)."""
-        self.lost_claims = False
-        expired = job_expire_lost_claims(
-            owner=self.name, waiting=self.broker.claims_waiting(), settle=LOST_CLAIM_SETTLE_SECONDS
-        )
-        self.counters.update(statements=1)
-        if expired:
-            log.info("dispatcher %s: %s claims lost with a dead worker", self.name, expired)
-            self._reap()
-
-    def _tell_peers_of_worker_death(self) -> None:
-        """Each dispatcher knows which of its own claims may still wait in the broker:
-        wake them all to look for theirs (with notifications; polling only, the finder's
-        own are found and the others' leases run out)."""
-        if self.uses_notify:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_notify(%s, %s)", [sql.NOTIFY_CHANNEL, sql.WORKER_GONE])
 
     def _heartbeat(self) -> None:
         offset = self.coordinator.clock.offset_ms if self.coordinator else 0.0
@@ -576,11 +473,12 @@ class DispatcherLoop:
 
     def _wait(self) -> None:
         assert self.coordinator is not None
-        deadlines = [self.next_coordination, self.next_heartbeat, self.source.next_deadline()]
-        if self._watching_workers():
-            deadlines.append(self.next_worker_check)
-        if self.next_reap is not None:
-            deadlines.append(self.next_reap)
+        deadlines = [
+            self.next_coordination,
+            self.next_heartbeat,
+            self.source.next_deadline(),
+            self.upkeep.deadline(),
+        ]
         timeout = min(MAX_WAIT_SECONDS, (min(deadlines) - self.now_ms()) / 1000)
         if timeout <= 0:
             return
@@ -592,18 +490,15 @@ class DispatcherLoop:
             self.counters.update(notifications=1)
         if payload == REBALANCE:  # a peer came or went: look at the partitions now
             self.next_coordination = 0.0
-            self.dead_peer_claims = True
-            self._look_for_dead_workers(again=True)
+            self.upkeep.peer_gone()
             return
         if payload == PEER_GONE:  # polling only, no peer hears of it before its next round
             self.adopt_orphans = True
             self.next_coordination = 0.0
-            self.dead_peer_claims = True
-            self._look_for_dead_workers(again=True)
+            self.upkeep.peer_gone()
             return
         if payload == sql.WORKER_GONE:  # a worker died (seen by its ring, or by a peer)
-            self.lost_claims = True
-            self._look_for_dead_workers()
+            self.upkeep.worker_gone()
             return
         if payload == sql.ROUTING_CHANGED:
             self.rules_stale = True
