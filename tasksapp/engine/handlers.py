@@ -19,6 +19,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 from importlib import import_module
 from typing import Any
 
@@ -186,7 +187,7 @@ class HandlerRegistry:
             return handler
         if not is_handler_name(name):
             raise HandlerError(ERR_HANDLER_PATH)
-        raise HandlerError(ERR_HANDLER_UNKNOWN.format(name=name, known=self._known()))
+        raise HandlerError(ERR_HANDLER_UNKNOWN.format(name=name, known=self._known(name)))
 
     def __contains__(self, name: object) -> bool:
         return name in self._handlers
@@ -197,8 +198,10 @@ class HandlerRegistry:
     def __len__(self) -> int:
         return len(self._handlers)
 
-    def _known(self) -> str:
-        names = sorted(self._handlers)
+    def _known(self, asked: str) -> str:
+        """The registered names, those most like the name asked for first (a typo's
+        intended handler leads the list)."""
+        names = sorted(self._handlers, key=lambda n: (-SequenceMatcher(None, asked, n).ratio(), n))
         shown = ", ".join(names[:LISTED_IN_ERROR]) or "none"
         more = len(names) - LISTED_IN_ERROR
         return f"{shown} and {more} more" if more > 0 else shown

@@ -157,7 +157,19 @@ def test_an_unregistered_handler_is_refused_and_says_how_to_register(handler):
     assert raised.value.field == "handler"
     assert str(raised.value).startswith(f"handler '{handler}' is not registered. ")
     assert "@job_handler" in str(raised.value)
-    assert HANDLER in str(raised.value)  # the registered names are listed
+    listed = str(raised.value).split("Registered handlers: ", 1)[1].rstrip(".")
+    first = listed.split(", ")[0]
+    assert validated_handler(first) == first  # registered names are listed
+
+
+@pytest.mark.parametrize(
+    "typo", ["tests.handlers.recording.recrod", "tests.handler.recording.record"]
+)
+def test_a_mistyped_handler_names_the_intended_one_first(typo):
+    with pytest.raises(JobOptionsError) as raised:
+        validated_handler(typo)
+    known = str(raised.value).split("Registered handlers: ", 1)[1]
+    assert known.startswith(HANDLER)  # the closest registered name leads the list
 
 
 def test_a_payload_is_stored_as_json():

@@ -25,12 +25,13 @@ class OpenView(APIView):
 
 
 @pytest.fixture
-def rates(monkeypatch):
-    """Small rates for this test. DRF's throttles read their rates once, at import
-    (SimpleRateThrottle.THROTTLE_RATES), so overriding the setting would not reach them."""
-    monkeypatch.setattr(
-        SimpleRateThrottle, "THROTTLE_RATES", {"user": "3/minute", "anon": "2/minute"}
-    )
+def rates(monkeypatch, settings):
+    """Small rates for this test. DRF's own throttles read their rates once, at import
+    (SimpleRateThrottle.THROTTLE_RATES), so overriding the setting would not reach them;
+    Tempo's endpoints read REST_FRAMEWORK's rates at each request (api/base.py)."""
+    small = {"user": "3/minute", "anon": "2/minute"}
+    monkeypatch.setattr(SimpleRateThrottle, "THROTTLE_RATES", small)
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": small}
     cache.clear()  # this test's own cache (tests/web/conftest.py)
     yield
     cache.clear()
