@@ -22,6 +22,7 @@ import site
 import subprocess
 import sys
 import time
+import uuid
 import zipfile
 from pathlib import Path
 
@@ -155,7 +156,8 @@ def database() -> dict:
     if not url.startswith("postgres"):
         pytest.skip("needs PostgreSQL (DATABASE_URL)")
     config = environ.Env.db_url_config(url)
-    name = f"{config['NAME']}_host"
+    # A database of each test's own: the two variants may run at once on two workers.
+    name = f"{config['NAME']}_host_{uuid.uuid4().hex[:6]}"
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": name,
