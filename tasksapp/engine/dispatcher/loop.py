@@ -249,7 +249,7 @@ class DispatcherLoop:
                 self._wait_for_broker(wait=wait)
                 return
             self._ensure_connected()
-            self._take_claimer_news()
+            self._hear_broker()  # the limited claimer's thread may have met an error
             if self.stepped_out:
                 return
             if self.now_ms() >= self.next_coordination:
@@ -366,10 +366,6 @@ class DispatcherLoop:
             self.upkeep.claims_made()
         self._publish_claims(claims)
         return ClaimOutcome(outcome.held + rest, outcome.retry_at_ms)
-
-    def _take_claimer_news(self) -> None:
-        """What the limited claimer's thread left for the loop: a broker error."""
-        self._hear_broker()
 
     def _hear_broker(self) -> None:
         """A send or a look at the broker failed (on either thread): step out."""
