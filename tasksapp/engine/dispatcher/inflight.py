@@ -58,17 +58,20 @@ class InFlight:
         """The messages of `queue` that may still wait, given that `backlog` messages wait
         in it now; the older ones were read and are forgotten."""
         with self._lock:
-            messages = self._sent.get(queue)
-            if not messages:
-                return []
-            while len(messages) > max(0, backlog):
-                messages.popleft()
-            return list(messages)
+            return list(self._prune(queue, backlog))
 
     def oldest_waiting_ms(self, queue: str, backlog: int) -> float | None:
-        """When the oldest message of `queue` that may still wait was sent, or None."""
-        waiting = self.waiting(queue, backlog)
-        return waiting[0].sent_ms if waiting else None
+        """When the oldest message of `queue` that may still wait was sent, or None (at
+        each claim round: no copy of the record)."""
+        with self._lock:
+            messages = self._prune(queue, backlog)
+            return messages[0].sent_ms if messages else None
+
+    def _prune(self, queue: str, backlog: int) -> deque[SentMessage]:
+        messages = self._sent.get(queue, deque())
+        while len(messages) > max(0, backlog):
+            messages.popleft()
+        return messages
 
     def forget(self) -> None:
         with self._lock:
