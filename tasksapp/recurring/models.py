@@ -12,7 +12,8 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from tasksapp.engine.models import Delivery
-from tasksapp.recurring.schedule import phase_offset, slice_bounds
+from tasksapp.recurring import localtime
+from tasksapp.recurring.schedule import MICROSECOND, phase_offset, slice_bounds
 
 
 class Member(models.Model):
@@ -69,7 +70,9 @@ class RecurringTask(models.Model):
 
     The schedule: period `first_period` starts at `epoch`, every period lasts `period` and
     is planned in `slices` slices. A change of period or slices waits in the `next_*`
-    fields for period `next_from` to begin (see docs/PLANNING.md)."""
+    fields for period `next_from` to begin (see docs/PLANNING.md). With a `timezone`
+    other than UTC, periods are whole local calendar days from local midnight (`epoch`
+    is period `first_period`'s midnight) and a member keeps its local time of day."""
 
     name = models.CharField(max_length=100, unique=True)
     handler = models.CharField(max_length=200, help_text="Dotted path to a callable.")
@@ -94,6 +97,12 @@ class RecurringTask(models.Model):
     next_from = models.BigIntegerField(null=True, blank=True)
     next_period = models.DurationField(null=True, blank=True)
     next_slices = models.PositiveIntegerField(null=True, blank=True)
+    timezone = models.CharField(
+        max_length=64,
+        default=localtime.UTC_NAME,
+        help_text="IANA time zone whose calendar days the periods follow (whole days only); "
+        "UTC: fixed-length periods from the epoch.",
+    )
 
     active = models.BooleanField(default=True, help_text="Inactive tasks are not planned.")
     created_at = models.DateTimeField(db_default=Now())
@@ -205,4 +214,13 @@ class SlicePlan(models.Model):
 
     def occurrence(self, phase: float):
         """When a member with `phase` runs in this slice's period."""
-        return self.period_start + phase_offset(phase, self.period_length)
+        offset = phase_offset(phase, self.period_length)
+        if self.task.timezone == localtime.UTC_NAME:
+            return self.period_start + offset
+        return localtime.wall_instant(self.regimes(), offset // MICROSECOND)
+
+    def regimes(self) -> tuple[localtime.Regime, ...]:
+        """The wall-time regimes of the period of a task with a time zone (localtime)."""
+        zone = self.task.timezone
+        day = localtime.local_date(self.period_start, zone)
+        return localtime.regimes(zone, day, self.period_length.days)

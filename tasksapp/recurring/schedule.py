@@ -11,6 +11,13 @@ In the probabilistic planning article's notation (epoch E, first = 0): occurrenc
 E + (k + p) × T. The time between two occurrences of one member is exactly one period,
 and no member's time depends on any other member.
 
+A grid with a time zone (`zone`, not "UTC") follows that zone's calendar days: its
+period is whole days, period k starts at local midnight of the k-th period's first day
+(`localtime.local_midnight`) and a member runs at the wall-clock time ⌊p × period⌋ after
+it, mapped to an instant by `localtime` (23- and 25-hour days, a skipped time at the
+jump, a doubled one at its first occurrence). Slices are the same phase ranges; their
+windows are their bounds' wall times mapped the same way (see docs/PLANNING.md).
+
 A task's schedule is its current grid and, after a change of period or slice count, the
 grid that takes over at a later period boundary (`pending`). Period numbers continue
 across the switch, so (task, period, slice) identifies a slice for ever.
@@ -21,8 +28,11 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import NamedTuple
+
+from tasksapp.recurring import localtime
 
 MICROSECOND = dt.timedelta(microseconds=1)
 
@@ -64,21 +74,83 @@ class Grid:
     first: int
     period: dt.timedelta
     slices: int
+    zone: str = localtime.UTC_NAME
+
+    @property
+    def zoned(self) -> bool:
+        return self.zone != localtime.UTC_NAME
+
+    @cached_property
+    def _first_day(self) -> dt.date:
+        return localtime.local_date(self.start, self.zone)
+
+    def _day(self, k: int) -> dt.date:
+        return self._first_day + (k - self.first) * self.period.days * localtime.DAY
+
+    def regimes(self, k: int) -> tuple[localtime.Regime, ...]:
+        """Period k's wall-time regimes (a zoned grid only), as the planner's SQL gets them."""
+        return localtime.regimes(self.zone, self._day(k), self.period.days)
+
+    def _at_wall(self, k: int, offset: dt.timedelta) -> dt.datetime:
+        return localtime.wall_instant(self.regimes(k), offset // MICROSECOND)
 
     def period_start(self, k: int) -> dt.datetime:
+        if self.zoned:
+            return self._at_wall(k, dt.timedelta(0))
         return self.start + (k - self.first) * self.period
 
     def period_at(self, when: dt.datetime) -> int:
         """The period that contains `when` (below `first` before the grid starts)."""
-        return self.first + (when - self.start) // self.period
+        if not self.zoned:
+            return self.first + (when - self.start) // self.period
+        days = (localtime.local_date(when, self.zone) - self._first_day).days
+        k = self.first + days // self.period.days
+        while self.period_start(k + 1) <= when:  # a midnight the clocks fell back across
+            k += 1
+        while self.period_start(k) > when:
+            k -= 1
+        return k
 
     def occurrence(self, k: int, phase: float) -> dt.datetime:
+        if self.zoned:
+            return self._at_wall(k, phase_offset(phase, self.period))
         return self.period_start(k) + phase_offset(phase, self.period)
 
     def slice_window(self, k: int, index: int) -> tuple[dt.datetime, dt.datetime]:
         low, high = slice_bounds(index, self.slices)
+        if self.zoned:
+            return self.occurrence(k, low), self.occurrence(k, high)
         base = self.period_start(k)
         return base + phase_offset(low, self.period), base + phase_offset(high, self.period)
+
+    def slice_at(self, k: int, when: dt.datetime) -> int | None:
+        """The slice of period k whose window holds `when` (None outside the period)."""
+        start, end = self.period_start(k), self.period_start(k + 1)
+        if not start <= when < end:
+            return None
+        if not self.zoned:
+            return slice_of((when - start) / self.period, self.slices)
+        low, high = 0, self.slices - 1  # the first slice whose window ends after `when`
+        while low < high:
+            mid = (low + high) // 2
+            if self.slice_window(k, mid)[1] > when:
+                high = mid
+            else:
+                low = mid + 1
+        return low
+
+    def phase_at(self, k: int, when: dt.datetime) -> float:
+        """The phase whose time in period k is `when`: the elapsed share of the period, of
+        its wall-clock length on a zoned grid."""
+        if not self.zoned:
+            return (when - self.period_start(k)) / self.period
+        wall_us = localtime.wall_us_of(when, self._day(k), self.zone)
+        return wall_us / (self.period // MICROSECOND)
+
+    def shortest_period(self) -> dt.timedelta:
+        """The least time between two occurrences of a member: a zoned period loses at
+        most `localtime.MAX_SHIFT` to a DST change."""
+        return self.period - localtime.MAX_SHIFT if self.zoned else self.period
 
 
 @dataclass(frozen=True)
@@ -167,5 +239,7 @@ class Schedule:
         if self.pending is not None:
             raise ValueError("settle the pending change first")
         if at <= self.current.first:
-            return Schedule(Grid(self.current.start, self.current.first, period, slices))
-        return Schedule(self.current, Grid(self.current.period_start(at), at, period, slices))
+            return Schedule(replace(self.current, period=period, slices=slices))
+        start = self.current.period_start(at)
+        pending = replace(self.current, start=start, first=at, period=period, slices=slices)
+        return Schedule(self.current, pending)

@@ -29,6 +29,29 @@ MEMBER_SLICE = f"""
       AND m.content_type_id IS NULL
       AND (%(member_ids)s::bigint[] IS NULL OR m.id = ANY(%(member_ids)s::bigint[]))"""
 
+# The same for a task with a time zone: a member runs at its wall-clock offset
+# w = floor(phase × period) from the period's local midnight, in the regime of the
+# period that holds w (localtime.regimes: `walls` their first walls, ascending, the first
+# below 0; `bases` and `floors` theirs), at max(base + w, floor): a time the clocks skip
+# runs at the jump, a doubled one at its first occurrence. A NULL floor is ignored.
+_WALL_US = "floor({phase} * %(period_us)s::float8)"
+_REGIME = "width_bucket(" + _WALL_US + ", %(walls)s::float8[])"
+_LOCAL_RUN_AT = (
+    "greatest((%(bases)s::timestamptz[])["
+    + _REGIME
+    + "] + "
+    + _WALL_US
+    + " * interval '1 microsecond', (%(floors)s::timestamptz[])["
+    + _REGIME
+    + "])"
+)
+MEMBER_SLICE_LOCAL = f"""
+    SELECT m.id, {_LOCAL_RUN_AT.format(phase="m.phase")} AS run_at
+    FROM {MEMBER_TABLE} m
+    WHERE m.active AND m.phase >= %(phase_from)s AND m.phase < %(phase_to)s
+      AND m.content_type_id IS NULL
+      AND (%(member_ids)s::bigint[] IS NULL OR m.id = ANY(%(member_ids)s::bigint[]))"""
+
 # Members being created, deleted or (de)activated hold this while they look at planned
 # slices; planning a slice holds FOR UPDATE on its task. So a member either is seen by
 # the slice's insert or sees the slice plan, never neither (see recurring.services.members).
@@ -88,7 +111,8 @@ _PENDING_PLANS = f"""plans AS (
     FROM {SLICE_PLAN_TABLE} WHERE ends_at + period_length > %(now)s)"""
 # Plans of active tasks whose window has not ended (selectors.slice_plans_open).
 _OPEN_PLANS = f"""plans AS (
-    SELECT p.id, p.task_id, p.period, p.slice_index, p.slices, p.period_start, p.period_length
+    SELECT p.id, p.task_id, p.period, p.slice_index, p.slices, p.period_start, p.period_length,
+           t.timezone <> 'UTC' AS zoned
     FROM {SLICE_PLAN_TABLE} p
     JOIN {TASK_TABLE} t ON t.id = p.task_id AND t.active
     WHERE p.ends_at > %(now)s)"""
@@ -156,9 +180,11 @@ restored AS (
     WHERE j.idempotency_key = k.key AND (j.state = {CANCELLED} AND j.run_at >= %(now)s) IS TRUE
     RETURNING 1),
 missing AS (
-    SELECT k.plan_id, k.member_id FROM keys k
-    WHERE k.period_start + floor(k.phase * (extract(epoch FROM k.period_length) * 1000000)::float8)
-              * interval '1 microsecond' >= %(now)s
+    SELECT k.plan_id, k.member_id FROM keys k JOIN plans p ON p.id = k.plan_id
+    WHERE (p.zoned  -- a zoned day's time is the insert's to read (it skips those passed)
+           OR k.period_start
+              + floor(k.phase * (extract(epoch FROM k.period_length) * 1000000)::float8)
+                * interval '1 microsecond' >= %(now)s)
       AND NOT EXISTS (SELECT FROM {JOB_TABLE} j WHERE j.idempotency_key = k.key))
 SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM restored),
        ARRAY(SELECT plan_id FROM missing ORDER BY plan_id, member_id),
@@ -177,6 +203,12 @@ MEMBER_SLICE_AUDIENCE = f"""
     SELECT am.member_id AS id,
            %(period_start)s::timestamptz
                + floor(am.phase * %(period_us)s::float8) * interval '1 microsecond' AS run_at
+    FROM {AUDIENCE_MEMBER_TABLE} am JOIN {MEMBER_TABLE} m ON m.id = am.member_id AND m.active
+    WHERE am.task_id = %(task_id)s AND am.phase >= %(phase_from)s AND am.phase < %(phase_to)s
+      AND (%(member_ids)s::bigint[] IS NULL OR am.member_id = ANY(%(member_ids)s::bigint[]))
+      AND (%(joined_at)s::timestamptz IS NULL OR am.joined_at = %(joined_at)s)"""
+MEMBER_SLICE_AUDIENCE_LOCAL = f"""
+    SELECT am.member_id AS id, {_LOCAL_RUN_AT.format(phase="am.phase")} AS run_at
     FROM {AUDIENCE_MEMBER_TABLE} am JOIN {MEMBER_TABLE} m ON m.id = am.member_id AND m.active
     WHERE am.task_id = %(task_id)s AND am.phase >= %(phase_from)s AND am.phase < %(phase_to)s
       AND (%(member_ids)s::bigint[] IS NULL OR am.member_id = ANY(%(member_ids)s::bigint[]))

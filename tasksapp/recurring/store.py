@@ -200,9 +200,8 @@ def _job_keys(members: list[tuple[int, float]], plans) -> list[tuple[str, SliceP
     plan and the phase: each member looked up by its slice in each grid, as
     sql._MEMBER_JOB_KEYS does. A key is job_key_prefix(task, period) + the member's id."""
     grids: dict[int, dict[int, list[SlicePlan]]] = {}
-    for plan in plans.only(
-        "task_id", "period", "slice_index", "slices", "period_start", "period_length"
-    ):
+    fields = ("task_id", "period", "slice_index", "slices", "period_start", "period_length")
+    for plan in plans.select_related("task").only(*fields, "task__timezone"):
         grids.setdefault(plan.slices, {}).setdefault(plan.slice_index, []).append(plan)
     return [
         (f"plan:{plan.task_id}:{plan.period}:{member_id}", plan, phase)

@@ -15,7 +15,7 @@ from django.db.models import Count, Max
 from django.utils import timezone
 
 from tasksapp.recurring.models import AudienceMember, Member, RecurringTask, SlicePlan
-from tasksapp.recurring.schedule import Grid, slice_of
+from tasksapp.recurring.schedule import Grid
 from tasksapp.recurring.selectors.schedules import member_next_runs, recurring_task_schedule
 from tasksapp.recurring.store import recurring_store
 
@@ -130,7 +130,7 @@ def recurring_task_plan(
     plans = {p.slice_index: p for p in SlicePlan.objects.filter(task=task, period=period)}
     per_slice = _members_per_slice(grid.slices, task)
     active = sum(per_slice.values())
-    current = slice_of((now - start) / grid.period, grid.slices) if start <= now < end else None
+    current = grid.slice_at(period, now)
     slices = []
     for index in range(grid.slices):
         low, high = grid.slice_window(period, index)
@@ -160,8 +160,8 @@ def recurring_task_plan(
 
 
 def _in_planned_slice(view: PlanView, moment: dt.datetime) -> bool:
-    index = slice_of((moment - view.period_start) / view.grid.period, view.grid.slices)
-    return view.slices[index].planned
+    index = view.grid.slice_at(view.period, moment)
+    return index is not None and view.slices[index].planned
 
 
 def missed_while_task_existed(plan: SlicePlan, task: RecurringTask) -> int:
@@ -173,7 +173,8 @@ def missed_while_task_existed(plan: SlicePlan, task: RecurringTask) -> int:
     if plan.ends_at <= task.created_at:
         return 0
     low, _ = plan.phase_bounds
-    created = (task.created_at - plan.period_start) / plan.period_length
+    grid = Grid(plan.period_start, plan.period, plan.period_length, plan.slices, task.timezone)
+    created = grid.phase_at(plan.period, task.created_at)
     return max(plan.missed - _members_between(task, low, created), 0)
 
 

@@ -14,11 +14,15 @@ from tasksapp.recurring.schedule import Grid, Schedule, SliceKey
 
 def recurring_task_schedule(*, task: RecurringTask) -> Schedule:
     """The task's grid, and the change waiting for a later period, if any."""
-    current = Grid(task.epoch, task.first_period, task.period, task.slices)
+    current = Grid(task.epoch, task.first_period, task.period, task.slices, task.timezone)
     if task.next_from is None:
         return Schedule(current)
     pending = Grid(
-        current.period_start(task.next_from), task.next_from, task.next_period, task.next_slices
+        current.period_start(task.next_from),
+        task.next_from,
+        task.next_period,
+        task.next_slices,
+        task.timezone,
     )
     return Schedule(current, pending)
 

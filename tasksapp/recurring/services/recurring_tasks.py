@@ -4,6 +4,7 @@ period or slice count is scheduled so that no member runs twice or is skipped.""
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -21,7 +22,7 @@ from tasksapp.engine.options import (
     validated_retention,
 )
 from tasksapp.engine.retry import worst_case_seconds
-from tasksapp.recurring import phases
+from tasksapp.recurring import localtime, phases
 from tasksapp.recurring.audiences import AudienceError, validated_audience
 from tasksapp.recurring.models import RecurringTask, SlicePlan
 from tasksapp.recurring.schedule import Grid, Schedule
@@ -57,6 +58,11 @@ ERR_AUDIENCE_SWITCH = (
     "change under the slices already planned): create a new task instead."
 )
 ERR_AUDIENCE_DATABASE = "audiences need PostgreSQL (the database here is {vendor})."
+ERR_TIMEZONE = "timezone must be an IANA time zone name such as 'Europe/Berlin' (got {value!r})."
+ERR_TIMEZONE_DAYS = (
+    "a task with a time zone ({zone}) follows its calendar days: its period must be whole "
+    "days (got {period})."
+)
 
 MIN_PERIOD = dt.timedelta(minutes=1)
 MAX_PERIOD = dt.timedelta(days=366)
@@ -99,6 +105,7 @@ def recurring_task_create(
     audience_filter: dict | None = None,
     phase_strategy: str = phases.GOLDEN,
     align_with: RecurringTask | None = None,
+    timezone: str = localtime.UTC_NAME,
 ) -> RecurringTask:
     """A task run once per `period` for every active member, at the member's phase,
     planned in `slices` slices per period. Period 0 starts at `epoch` (default: today,
@@ -108,8 +115,14 @@ def recurring_task_create(
     function) it runs for the members standing for the audience's objects instead, each
     at its own phase in this task: `phase_strategy` "golden" (the member's phase shifted
     by the task's own golden-ratio offset) or "random"; `align_with` another audience
-    task to share its phases. Its members join at the first sync (audience_sync)."""
+    task to share its phases. Its members join at the first sync (audience_sync).
+
+    With a `timezone` other than "UTC" (an IANA name) the period must be whole days: each
+    period starts at local midnight (period 0 on the epoch's local date, default today's)
+    and lasts that many local calendar days, 23 or 25 hours across a DST change, and a
+    member keeps its local time of day (docs/PLANNING.md)."""
     _validated_name(name)
+    zone = _validated_zone(timezone)
     audience, audience_filter = _validated_audience(audience, audience_filter)
     strategy = _validated_strategy(phase_strategy, audience=audience, align_with=align_with)
     options = _validated_task_options(
@@ -123,8 +136,9 @@ def recurring_task_create(
         priority=priority,
         concurrency_key=concurrency_key,
     )
-    epoch = _today() if epoch is None else _validated_epoch(epoch)
-    grid = Grid(epoch, 0, *_validated_grid(period, slices))
+    epoch = _today(zone) if epoch is None else _validated_epoch(epoch)
+    period, slices = _validated_grid(period, slices, zone=zone)
+    grid = Grid(_period_zero(epoch, zone), 0, period, slices, zone)
     _check_retries_fit(Schedule(grid), options)
     if not isinstance(active, bool):
         raise PlanningInputError(ERR_ACTIVE)
@@ -133,7 +147,8 @@ def recurring_task_create(
         with transaction.atomic():
             task = RecurringTask.objects.create(
                 name=name,
-                epoch=epoch,
+                epoch=grid.start,
+                timezone=zone,
                 period=grid.period,
                 slices=grid.slices,
                 active=active,
@@ -282,9 +297,26 @@ def _validated_retention(retention: Any) -> dict[str, float]:
         raise PlanningInputError(str(exc)) from exc
 
 
-def _validated_grid(period: Any, slices: Any) -> tuple[dt.timedelta, int]:
+def _validated_zone(value: Any) -> str:
+    if not isinstance(value, str) or value not in localtime.zone_names() | {localtime.UTC_NAME}:
+        raise PlanningInputError(ERR_TIMEZONE.format(value=value))
+    return value
+
+
+def _period_zero(epoch: dt.datetime, zone: str) -> dt.datetime:
+    """Where period 0 starts: the epoch, or for a zoned task its local date's midnight."""
+    if zone == localtime.UTC_NAME:
+        return epoch
+    return localtime.local_midnight(localtime.local_date(epoch, zone), zone)
+
+
+def _validated_grid(
+    period: Any, slices: Any, *, zone: str = localtime.UTC_NAME
+) -> tuple[dt.timedelta, int]:
     if not isinstance(period, dt.timedelta) or not MIN_PERIOD <= period <= MAX_PERIOD:
         raise PlanningInputError(ERR_PERIOD)
+    if zone != localtime.UTC_NAME and period % localtime.DAY:
+        raise PlanningInputError(ERR_TIMEZONE_DAYS.format(zone=zone, period=period))
     if isinstance(slices, bool) or not isinstance(slices, int) or not 1 <= slices <= MAX_SLICES:
         raise PlanningInputError(ERR_SLICES)
     if period / slices < MIN_SLICE:
@@ -309,8 +341,12 @@ def _validated_epoch(epoch: Any) -> dt.datetime:
     return epoch
 
 
-def _today() -> dt.datetime:
-    return timezone.now().astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+def _today(zone: str) -> dt.datetime:
+    """00:00 UTC today; for a zoned task, today's local midnight in its zone."""
+    now = timezone.now()
+    if zone != localtime.UTC_NAME:
+        return localtime.local_midnight(localtime.local_date(now, zone), zone)
+    return now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 def _check_retries_fit(schedule: Schedule, options: dict[str, Any]) -> None:
@@ -318,22 +354,21 @@ def _check_retries_fit(schedule: Schedule, options: dict[str, Any]) -> None:
     worst = worst_case_seconds(options["retry_policy"], max_attempts=attempts)
     worst += (options["time_limit"] or 0.0) * attempts
     for grid in filter(None, (schedule.current, schedule.pending)):
-        if worst >= grid.period.total_seconds():
+        shortest = grid.shortest_period().total_seconds()
+        if worst >= shortest:
             raise PlanningInputError(
-                ERR_RETRY_WORST_CASE.format(
-                    period=grid.period.total_seconds(), worst=worst, attempts=attempts
-                )
+                ERR_RETRY_WORST_CASE.format(period=shortest, worst=worst, attempts=attempts)
             )
 
 
 def _with_epoch(task: RecurringTask, schedule: Schedule, epoch: Any) -> Schedule:
-    epoch = _validated_epoch(epoch)
-    if epoch == schedule.current.start:
+    current = schedule.current
+    start = _period_zero(_validated_epoch(epoch), current.zone)
+    if start == current.start:
         return schedule
     if SlicePlan.objects.filter(task=task).exists():
         raise PlanningInputError(ERR_EPOCH_PLANNED)
-    current = schedule.current
-    return Schedule(Grid(epoch, current.first, current.period, current.slices), schedule.pending)
+    return Schedule(replace(current, start=start), schedule.pending)
 
 
 def _with_grid(
@@ -343,6 +378,7 @@ def _with_grid(
     period, slices = _validated_grid(
         latest.period if period is UNCHANGED else period,
         latest.slices if slices is UNCHANGED else slices,
+        zone=latest.zone,
     )
     if (period, slices) == (latest.period, latest.slices):
         return schedule

@@ -18,6 +18,7 @@ from django.utils import timezone
 from tasksapp.engine.store import job_store
 from tasksapp.engine.store.rows import JobTemplate, MemberSlice
 from tasksapp.recurring import sql
+from tasksapp.recurring.localtime import UTC_NAME
 from tasksapp.recurring.models import AudienceMember, Member, RecurringTask, SlicePlan
 from tasksapp.recurring.schedule import MICROSECOND, Grid
 from tasksapp.recurring.selectors.schedules import recurring_task_schedule
@@ -120,17 +121,32 @@ def plan_members(
         "task_id": task.id,
         "joined_at": joined_at,
     }
+    if task.timezone == UTC_NAME:
+        members_sql = sql.MEMBER_SLICE_AUDIENCE if task.audience else sql.MEMBER_SLICE
+    else:
+        members_sql = sql.MEMBER_SLICE_AUDIENCE_LOCAL if task.audience else sql.MEMBER_SLICE_LOCAL
+        members_params |= _regime_params(plan)
     planned = job_store().insert_jobs(
         MemberSlice(
             template=_job_template(task, plan.period),
             key_prefix=job_key_prefix(task.id, plan.period),
             not_before=not_before,
-            members_sql=sql.MEMBER_SLICE_AUDIENCE if task.audience else sql.MEMBER_SLICE,
+            members_sql=members_sql,
             members_params=members_params,
             members=partial(_slice_members, plan, member_ids, joined_at),
         )
     )
     return planned.planned, planned.missed
+
+
+def _regime_params(plan: SlicePlan) -> dict[str, list]:
+    """The period's wall-time regimes as MEMBER_SLICE_LOCAL takes them."""
+    regimes = plan.regimes()
+    return {
+        "walls": [float(r.wall_us) for r in regimes],
+        "bases": [r.base for r in regimes],
+        "floors": [r.floor for r in regimes],
+    }
 
 
 def _job_template(task: RecurringTask, period: int) -> JobTemplate:
