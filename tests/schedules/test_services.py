@@ -7,7 +7,13 @@ import pytest
 import time_machine
 
 from tasksapp.engine.models import Job, JobState
-from tasksapp.schedules.models import KEY_PREFIX, RunOutcome, Schedule, ScheduleRun
+from tasksapp.schedules.models import (
+    GUARD_HANDLER,
+    KEY_PREFIX,
+    RunOutcome,
+    Schedule,
+    ScheduleRun,
+)
 from tasksapp.schedules.selectors import schedule_fire_times
 from tasksapp.schedules.services import (
     ScheduleInputError,
@@ -66,7 +72,10 @@ def test_create_plans_the_fires_within_the_horizon_through_dst():
     assert [job.idempotency_key for job in jobs][
         0
     ] == f"schedule:{schedule.id}:2026-03-29T01:00:00+00:00"
-    assert all(job.handler == HANDLER and job.state == JobState.SCHEDULED for job in jobs)
+    # each through the guard, which decides a late start's catch-up (test_overdue.py)
+    assert all(job.handler == GUARD_HANDLER and job.state == JobState.SCHEDULED for job in jobs)
+    assert {job.payload["handler"] for job in jobs} == {HANDLER}
+    assert {job.payload["catchup"] for job in jobs} == {"one"}
     assert [run.job_id for run in runs_of(schedule)] == [job.id for job in jobs]
     assert schedule.planned_until == created + dt.timedelta(hours=1)
 
@@ -164,7 +173,7 @@ def test_an_edit_applies_from_the_next_unplanned_fire():
         utc(2026, 6, 1, 13, 20),
         utc(2026, 6, 1, 13, 40),
     ]
-    assert [job.payload for job in jobs] == [{}, {}, {"v": 2}, {"v": 2}]
+    assert [job.payload["payload"] for job in jobs] == [{}, {}, {"v": 2}, {"v": 2}]
 
 
 def test_pause_cancels_the_waiting_runs_ahead_and_resume_brings_them_back():

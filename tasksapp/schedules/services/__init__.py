@@ -1,8 +1,9 @@
 """Schedules: create, edit, pause, resume, run now, delete; the planner that turns fire
-times into jobs ahead of time; the overlap policy checked when a run starts. Bad input
-raises ScheduleInputError and stores nothing."""
+times into jobs ahead of time; the catch-up of late runs and the overlap policy, both
+checked when a run starts. Bad input raises ScheduleInputError and stores nothing."""
 
 from .errors import ScheduleInputError
+from .late import LateDecision, schedule_late_check
 from .planner import (
     PlanSummary,
     fire_job_key,
@@ -23,12 +24,14 @@ from .schedules import (
 
 __all__ = [
     "EDITABLE",
+    "LateDecision",
     "OverlapDecision",
     "PlanSummary",
     "ScheduleInputError",
     "fire_job_key",
     "schedule_create",
     "schedule_delete",
+    "schedule_late_check",
     "schedule_overlap_check",
     "schedule_pause",
     "schedule_plan",

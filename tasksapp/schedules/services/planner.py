@@ -133,10 +133,15 @@ def fire_job_key(*, schedule_id: int, fire: dt.datetime) -> str:
     return KEY_PREFIX.format(schedule_id=schedule_id) + fire_key(fire)
 
 
-def schedule_job(*, schedule: Schedule, fire: dt.datetime, run_at: dt.datetime, key: str) -> NewJob:
-    """The job of one fire time: the schedule's handler, or the overlap guard around it."""
+def schedule_job(
+    *, schedule: Schedule, fire: dt.datetime, run_at: dt.datetime, key: str, run_now: bool = False
+) -> NewJob:
+    """The job of one fire time: the guard around the schedule's handler, which decides
+    at its start whether a late run runs (its catch-up policy, as planned now) and
+    checks the overlap policy. An operator's run (`run_now`) is never late: it names the
+    schedule's handler itself when overlaps are allowed."""
     handler, payload = schedule.handler, schedule.payload
-    if schedule.overlap != Overlap.ALLOW:
+    if not run_now or schedule.overlap != Overlap.ALLOW:
         handler = GUARD_HANDLER
         payload = {
             "schedule": schedule.id,
@@ -145,6 +150,9 @@ def schedule_job(*, schedule: Schedule, fire: dt.datetime, run_at: dt.datetime, 
             "handler": schedule.handler,
             "payload": schedule.payload,
         }
+        if not run_now:
+            payload["catchup"] = schedule.catchup
+            payload["catchup_window_s"] = schedule.catchup_window.total_seconds()
     return NewJob(
         handler=handler,
         run_at=run_at,

@@ -302,7 +302,7 @@ def schedule_run_now(*, schedule_id: int) -> ScheduleRun:
         now = _now()
         key = KEY_PREFIX.format(schedule_id=schedule.id) + "run-now:" + fire_key(now)
         inserted = job_store().insert_jobs(
-            [schedule_job(schedule=schedule, fire=now, run_at=now, key=key)]
+            [schedule_job(schedule=schedule, fire=now, run_at=now, key=key, run_now=True)]
         )
         return ScheduleRun.objects.create(
             schedule=schedule,
