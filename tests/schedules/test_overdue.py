@@ -15,6 +15,7 @@ from tasksapp.engine.worker.executor import execute_batch
 from tasksapp.schedules.models import GUARD_HANDLER, RunOutcome, ScheduleRun
 from tasksapp.schedules.services import schedule_create, schedule_run_now
 from tasksapp.schedules.services.late import LATE_MARK, database_now, late_run_decided
+from tests.processes.support import effect_counts, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 HANDLER = "tests.handlers.recording.record"
@@ -205,3 +206,36 @@ def test_late_decision_is_pure_and_each_skip_holds_from_then_on():
     within = late_run_decided(catchup="all", now=fire + 9 * MINUTE, later_due=fire, **common)
     outside = late_run_decided(catchup="all", now=fire + 10 * MINUTE, later_due=None, **common)
     assert within.outcome == RunOutcome.CAUGHT_UP and outside.details["outside_window"]
+
+
+@pytest.mark.processes
+def test_real_processes_down_past_the_fire_times_follow_each_policy(cluster, sql):
+    """Planned by the planner, then no dispatcher or worker ran past the fire times:
+    once they start, each schedule's late runs go by its policy, in both deliveries."""
+    plans = {
+        "skip": planned_before_outage("p-skip", delivery="transactional", catchup="skip"),
+        "one": planned_before_outage("p-one", delivery="transactional", catchup="one"),
+        "all": planned_before_outage(
+            "p-all", delivery="at_least_once", catchup="all", window=3 * MINUTE
+        ),
+    }
+    late = {policy: runs for policy, (_, runs, _) in plans.items()}
+    ids = [run.job_id for runs in late.values() for run in runs]
+    cluster.dispatcher("d1")
+    cluster.worker("w1", concurrency=4)
+    wait_for(
+        lambda: sql.execute(
+            "SELECT count(*) = %s FROM tasksapp_job WHERE id = ANY(%s) AND state = 'succeeded'",
+            [len(ids), ids],
+        ).fetchone()[0],
+        timeout=25,
+        message="the late jobs finished",
+    )
+    assert outcomes(late["skip"]) == [RunOutcome.SKIPPED_MISSED] * 5
+    assert outcomes(late["one"]) == [RunOutcome.SKIPPED_MISSED] * 4 + [RunOutcome.CAUGHT_UP]
+    assert outcomes(late["all"]) == [RunOutcome.SKIPPED_MISSED] * 2 + [RunOutcome.CAUGHT_UP] * 3
+    ran = [late["one"][-1], *late["all"][2:]]
+    assert effect_counts(sql) == {run.job_id: 1 for run in ran}
+    assert all(job(run).result["skipped"] == "missed" for run in late["skip"])
+    # the runs still ahead wait for their fire times
+    assert {job(ahead).state for _, _, ahead in plans.values()} == {JobState.SCHEDULED}
