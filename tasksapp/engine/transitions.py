@@ -33,6 +33,7 @@ from tasksapp.engine.store.rows import (
 
 __all__ = [
     "LEASE_EXPIRED_ERROR",
+    "LOST_RUN_ERROR",
     "START_LEAD_SECONDS",
     "Claim",
     "DatabaseTime",
@@ -56,6 +57,10 @@ __all__ = [
 ]
 
 LEASE_EXPIRED_ERROR = "worker lost: lease expired before the job finished"
+LOST_RUN_ERROR = (
+    "worker lost: lease expired before the job finished; its transaction rolled back, "
+    "so it runs again and the attempt is not counted"
+)
 START_LEAD_SECONDS = 1.0  # a job is started at most this long before its run time
 ERROR_MAX_CHARS = 4000  # of an error message kept in last_error and errors
 TRACEBACK_MAX_CHARS = 8000  # of a failed attempt's traceback: its end (the raise) kept
@@ -152,6 +157,7 @@ def job_reap_expired(
         partitions=partitions,
         owned=owned,
         error=LEASE_EXPIRED_ERROR,
+        lost_run_error=LOST_RUN_ERROR,
         waiting=waiting,
         ttl=ttl,
     )

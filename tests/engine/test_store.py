@@ -17,6 +17,7 @@ from django.utils import timezone
 from tasksapp.engine import services
 from tasksapp.engine.models import Job, JobState
 from tasksapp.engine.store import PostgresJobStore, SqliteJobStore, job_store
+from tasksapp.engine.store.base import FREE_LOST_RUNS
 from tasksapp.engine.store.postgres import rows_of
 from tasksapp.engine.store.rows import (
     Claim,
@@ -36,6 +37,12 @@ ALL = list(range(16))
 LEASE_LOST = "worker lost"
 HANDLER = "tests.handlers.recording.record"
 BASE_DIR = Path(__file__).resolve().parents[2]
+LOST_RUN_ENTRY = {
+    "attempt": 1,
+    "at": "2026-01-01T00:00:00+00:00",
+    "error": "lost",
+    "kind": "lost_run",
+}
 
 
 @pytest.fixture(params=[PostgresJobStore, SqliteJobStore], ids=["postgres", "orm"])
@@ -253,11 +260,12 @@ def test_the_reaper_returns_a_claimed_job_and_reports_the_next_expiry(store):
     [
         ("at_least_once", 1, JobState.FAILED),
         ("at_most_once", 1, JobState.LOST),
-        ("transactional", 5, JobState.DEAD),
+        ("transactional", 5, JobState.DEAD),  # its free lost runs used up
     ],
 )
 def test_the_reaper_handles_a_lost_running_job_per_delivery(store, delivery, attempts, expected):
-    job = JobFactory(delivery=delivery, max_attempts=5)
+    free_used = [LOST_RUN_ENTRY] * FREE_LOST_RUNS if delivery == "transactional" else []
+    job = JobFactory(delivery=delivery, max_attempts=5, errors=free_used)
     running(store, job)
     Job.objects.filter(id=job.id).update(attempts=attempts)
     planned = Job.objects.get(id=job.id).run_at
@@ -265,13 +273,51 @@ def test_the_reaper_handles_a_lost_running_job_per_delivery(store, delivery, att
     assert store.reap_expired(partitions=16, owned=ALL, error=LEASE_LOST).count == 1
     job.refresh_from_db()
     assert job.state == expected and job.last_error == LEASE_LOST
-    assert [(e["attempt"], e["error"], e["kind"]) for e in job.errors] == [
+    assert [(e["attempt"], e["error"], e["kind"]) for e in job.errors[len(free_used) :]] == [
         (attempts, LEASE_LOST, "lease_expired")
     ]
     if expected == JobState.FAILED:
         assert job.run_at > planned  # the retry is due now
     else:
         assert job.run_at == planned  # a lost or dead job keeps its run time
+
+
+def test_a_lost_transactional_run_runs_again_without_using_up_an_attempt(store):
+    """Its transaction rolled back with the worker: nothing of it committed, so even a
+    job of one attempt (a Django Task) runs again, up to FREE_LOST_RUNS times."""
+    job = JobFactory(delivery="transactional", max_attempts=1)
+    planned = Job.objects.get(id=job.id).run_at
+    for lost in range(1, FREE_LOST_RUNS + 1):
+        started = running(store, job)
+        expire(job)
+        reaped = store.reap_expired(
+            partitions=16, owned=ALL, error=LEASE_LOST, lost_run_error="rolled back"
+        )
+        job.refresh_from_db()
+        assert (job.state, job.attempts, job.started_at) == (JobState.SCHEDULED, 0, None)
+        assert job.run_at >= planned and job.finished_at is None
+        assert reaped.due == [[job.id, ms_whole(job.run_at), job.priority, job.queue]]
+        assert [(e["attempt"], e["kind"]) for e in job.errors] == [(1, "lost_run")] * lost
+        assert job.last_error == "rolled back"
+        # The lost worker's late outcome is refused: fenced as ever.
+        assert store.succeed(outcomes=[(job.id, started.token, None, None)]) == set()
+    running(store, job)
+    expire(job)
+    store.reap_expired(partitions=16, owned=ALL, error=LEASE_LOST, lost_run_error="rolled back")
+    job.refresh_from_db()
+    assert (job.state, job.attempts, job.last_error) == (JobState.DEAD, 1, LEASE_LOST)
+    assert job.errors[-1]["kind"] == "lease_expired"
+
+
+@pytest.mark.parametrize("delivery", ["at_least_once", "at_most_once"])
+def test_a_lost_run_of_another_delivery_counts_its_attempt(store, delivery):
+    job = JobFactory(delivery=delivery, max_attempts=1)
+    running(store, job)
+    expire(job)
+    store.reap_expired(partitions=16, owned=ALL, error=LEASE_LOST, lost_run_error="rolled back")
+    job.refresh_from_db()
+    assert job.state == (JobState.DEAD if delivery == "at_least_once" else JobState.LOST)
+    assert [e["kind"] for e in job.errors] == ["lease_expired"]
 
 
 def test_the_reaper_only_touches_owned_partitions(store):

@@ -11,6 +11,7 @@ from tasksapp.engine.models import Job, JobState, WorkerProcess
 from tasksapp.engine.store.rows import ms_whole
 from tasksapp.engine.transitions import (
     LEASE_EXPIRED_ERROR,
+    LOST_RUN_ERROR,
     START_LEAD_SECONDS,
     job_claim_due,
     job_fail,
@@ -148,7 +149,6 @@ def test_reaper_returns_a_claimed_job_whose_message_was_lost():
 @pytest.mark.parametrize(
     ("delivery", "attempts", "max_attempts", "expected"),
     [
-        ("transactional", 1, 5, JobState.FAILED),
         ("at_least_once", 1, 5, JobState.FAILED),
         ("at_most_once", 1, 5, JobState.LOST),
         ("at_least_once", 5, 5, JobState.DEAD),
@@ -172,6 +172,19 @@ def test_reaper_handles_a_lost_running_job_per_delivery_mode(
     assert job.last_error == LEASE_EXPIRED_ERROR
     assert job.errors[-1]["kind"] == "lease_expired"
     # The worker that lost the lease can no longer finish it.
+    assert job_succeed(outcomes=[(job.id, claim.token, None, None)]) == set()
+
+
+def test_reaper_runs_a_lost_transactional_job_again_and_says_why():
+    job = JobFactory(delivery="transactional", max_attempts=1)
+    claim = claim_one(job)
+    job_start(claims=[(job.id, claim.token)], worker="w", ttl=5)
+    expire(job)
+    reaped = job_reap_expired(partitions=16, owned=ALL)
+    job.refresh_from_db()
+    assert (job.state, job.attempts) == (JobState.SCHEDULED, 0)
+    assert reaped.due == [[job.id, ms_whole(job.run_at), job.priority, job.queue]]
+    assert job.last_error == LOST_RUN_ERROR and job.errors[-1]["kind"] == "lost_run"
     assert job_succeed(outcomes=[(job.id, claim.token, None, None)]) == set()
 
 

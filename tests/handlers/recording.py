@@ -193,8 +193,9 @@ def record_then_block(ctx):
     """Writes its effect with the idempotency key in the job's own connection (inside the
     job's transaction when transactional, committed at once otherwise), marks the attempt
     started in a connection of its own (visible at once in every mode), then blocks for
-    payload['block'] s (600) while the attempt is at most payload['block_attempts'] (1):
-    a SIGKILL of its worker then lands while the handler runs."""
+    payload['block'] s (600) in its first payload['block_runs'] (1) runs, counted by those
+    marks (a transactional run lost with its worker runs again as the same attempt): a
+    SIGKILL of its worker then lands while the handler runs."""
     import os
 
     with connection.cursor() as cursor:
@@ -207,7 +208,10 @@ def record_then_block(ctx):
             "INSERT INTO test_started (job_id, attempt, pid) VALUES (%s, %s, %s)",
             [ctx.job_id, ctx.attempt, os.getpid()],
         )
-    if ctx.attempt <= int(ctx.payload.get("block_attempts", 1)):
+        (runs,) = own.execute(
+            "SELECT count(*) FROM test_started WHERE job_id = %s", [ctx.job_id]
+        ).fetchone()
+    if runs <= int(ctx.payload.get("block_runs", 1)):
         time.sleep(float(ctx.payload.get("block", 600)))
     return {"job": ctx.job_id, "attempt": ctx.attempt}
 

@@ -188,7 +188,8 @@ def make_project(tmp_path: Path, python: Path, db: dict, broker: str, *, with_ce
         env=host_env(),
     )
     shutil.copytree(HERE / "shop", project / "shop", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(HERE / "drive.py", project / "drive.py")
+    for script in ("drive.py", "kill.py"):
+        shutil.copy2(HERE / script, project / script)
     with open(project / "hostproj" / "settings.py", "a") as settings:
         settings.write(SETTINGS.format(broker=broker, database=db))
     with open(project / "hostproj" / "urls.py", "a") as urls:
@@ -250,6 +251,29 @@ def host(request, tmp_path, wheel):
             conn.execute(f'DROP DATABASE IF EXISTS "{db["NAME"]}" WITH (FORCE)')
 
 
+def kill_mid_task(python: Path, project: Path, tmp_path: Path, worker: subprocess.Popen):
+    """A transactional Task whose worker is SIGKILLed while it runs (its row written, not
+    committed); another worker is started. Returns that worker and what the Task ended as."""
+    marker = tmp_path / "held.marker"
+    task_id = run([str(python), "kill.py", "enqueue", str(marker)], cwd=project, env=host_env())
+    deadline = time.monotonic() + READY_SECONDS
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the held task never began"
+        time.sleep(0.1)
+    os.killpg(worker.pid, signal.SIGKILL)
+    worker.wait()
+    log = tmp_path / "worker2.log"
+    worker = start(python, project, ["tempo_worker", "--queues", "default,reports"], log)
+    wait_for_line(log, "ready.", worker)
+    result = run(
+        [str(python), "kill.py", "result", task_id.strip()],
+        cwd=project,
+        env=host_env(),
+        timeout=DRIVE_SECONDS,
+    )
+    return worker, json.loads(result)
+
+
 def test_a_new_project_runs_tasks_and_handlers_on_tempo_from_the_wheel(host, tmp_path):
     python, project, celery_app = host
     run([str(python), "manage.py", "migrate", "-v0"], cwd=project, env=host_env())
@@ -265,6 +289,7 @@ def test_a_new_project_runs_tasks_and_handlers_on_tempo_from_the_wheel(host, tmp
             run([str(python), "drive.py"], cwd=project, env=host_env(), timeout=DRIVE_SECONDS)
         )
         wait_for_line(beat_log, "beat: Starting...", beat)
+        worker, killed = kill_mid_task(python, project, tmp_path, worker)
     finally:
         stop(beat)
         stop(dispatcher)
@@ -314,3 +339,6 @@ def test_a_new_project_runs_tasks_and_handlers_on_tempo_from_the_wheel(host, tmp
     assert seen["pages"] == {"/tempo/": 200, "/tempo/jobs/": 200, "/tempo/api/jobs/": 200}
     assert seen["jobs_page_names_tasks"] is True
     assert seen["login_page"] == 302  # logged in: the login page sends to the dashboard
+    # The worker SIGKILLed mid-task: its run rolled back and ran again on the next worker,
+    # the attempt not counted (the Task has one): SUCCESSFUL, its row written once.
+    assert killed == {"status": "SUCCESSFUL", "return_value": "held", "rows": 1}

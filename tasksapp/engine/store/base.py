@@ -20,6 +20,11 @@ from tasksapp.engine.models.jobs import DUE_STATES, LEASED_STATES, RETRYABLE_STA
 from . import rows
 
 LEASE_EXPIRED_KIND = "lease_expired"  # the error entry of a running job whose lease expired
+# A transactional run whose lease expired committed nothing (its transaction rolled back
+# with its worker): it runs again without using up an attempt, recorded with this kind,
+# at most FREE_LOST_RUNS times a job (a handler that kills its worker still ends).
+LOST_RUN_KIND = "lost_run"
+FREE_LOST_RUNS = 3
 
 
 class JobStore(Protocol):
@@ -76,11 +81,14 @@ class JobStore(Protocol):
         partitions: int,
         owned: Sequence[int],
         error: str,
+        lost_run_error: str = "",
         waiting: Sequence[int] = (),
         ttl: float = 0.0,
     ) -> rows.Reaped:
         """Expired leases in the owned partitions: claimed → scheduled; running → lost,
-        dead or failed (with `error`) per delivery mode and attempts. A claimed job among
+        dead or failed (with `error`) per delivery mode and attempts, but a transactional
+        run → scheduled with its attempt given back (with `lost_run_error`, a LOST_RUN_KIND
+        entry) while it has fewer than FREE_LOST_RUNS of them. A claimed job among
         `waiting` (its message may still wait in the broker) keeps its claim and token,
         its lease renewed for `ttl` s, unless an operator asked to cancel it."""
         ...

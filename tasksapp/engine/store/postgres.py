@@ -20,7 +20,13 @@ from tasksapp.engine.sql import DISPATCHER_LOCK_CLASS, WORKER_LOCK_CLASS
 
 from . import pg_session
 from . import postgres_sql as sql
-from .base import LEASE_EXPIRED_KIND, InsertsBySource, OperatorTransitions
+from .base import (
+    FREE_LOST_RUNS,
+    LEASE_EXPIRED_KIND,
+    LOST_RUN_KIND,
+    InsertsBySource,
+    OperatorTransitions,
+)
 from .pg_session import engine_cursor
 from .rows import (
     Claim,
@@ -168,12 +174,16 @@ class PostgresJobStore(InsertsBySource, OperatorTransitions):
         partitions: int,
         owned: Sequence[int],
         error: str,
+        lost_run_error: str = "",
         waiting: Sequence[int] = (),
         ttl: float = 0.0,
     ) -> Reaped:
         params = {
             "error": error,
             "kind": LEASE_EXPIRED_KIND,
+            "lost_run_error": lost_run_error or error,
+            "lost_run_kind": LOST_RUN_KIND,
+            "free_lost_runs": FREE_LOST_RUNS,
             "waiting": list(waiting),
             "ttl": ttl,
         }

@@ -40,6 +40,7 @@ DUE = ", ".join(map(_literal, DUE_STATES))  # the predicate of job_due_idx
 LEASED = ", ".join(map(_literal, LEASED_STATES))  # the predicate of job_lease_idx
 AT_MOST_ONCE = _literal(Delivery.AT_MOST_ONCE)
 AT_LEAST_ONCE = _literal(Delivery.AT_LEAST_ONCE)
+TRANSACTIONAL = _literal(Delivery.TRANSACTIONAL)
 # A job the worker holds but whose start is deferred is still `claimed`: its attempt is
 # the one after those counted; a running job's start counted it already.
 ATTEMPT = f"(j.attempts + (j.state = {CLAIMED})::int)"
@@ -48,6 +49,10 @@ HELD = f"({CLAIMED}, {RUNNING})"  # a worker's job: started, or its start deferr
 # One more entry of a job's `errors` (aliased `j`), as the one-element array to append.
 ERROR_ENTRY = f"""jsonb_build_array(jsonb_build_object(
     'attempt', {ATTEMPT}, 'at', clock_timestamp(), 'error', %(error)s, 'kind', %(kind)s))"""
+# ... and a transactional run's lost with its worker (its attempt given back).
+LOST_RUN_ENTRY = f"""jsonb_build_array(jsonb_build_object(
+    'attempt', {ATTEMPT}, 'at', clock_timestamp(), 'error', %(lost_run_error)s,
+    'kind', %(lost_run_kind)s))"""
 # ... and a failed attempt's, with the handler's traceback when the worker sent one (a
 # key only then: no `null` in every other entry).
 TRACED_ERROR_ENTRY = f"""jsonb_build_array(jsonb_build_object(
@@ -389,7 +394,10 @@ RETURNING id
 # keeps its claim and token, its lease renewed; a claimed job whose message no worker read
 # goes back to `scheduled` (the message was lost); a running job, or a claimed one a worker
 # holds with its start deferred (its row's `held` has the token), is handled per delivery
-# mode, its attempt counted; a job an operator asked to cancel ends cancelled. Returns how
+# mode, its attempt counted — except a transactional run, which committed nothing: it is
+# due again at once with its attempt given back, a `lost_run` entry recorded, while it has
+# fewer than FREE_LOST_RUNS such entries; a job an operator asked to cancel ends
+# cancelled. Returns how
 # many were reaped, those of them due again at once, and when the next lease in these
 # partitions expires.
 REAP_EXPIRED = f"""
@@ -397,7 +405,11 @@ WITH expired AS (
     SELECT x.id, (x.state = {RUNNING} OR x.delivery = {AT_LEAST_ONCE} AND EXISTS (
                SELECT 1 FROM tasksapp_workerprocess w
                WHERE w.held ->> x.id::text = x.lease_token::text)) AS began,
-           (x.id = ANY(%(waiting)s::bigint[]) AND x.cancel_requested_at IS NULL) AS queued
+           (x.id = ANY(%(waiting)s::bigint[]) AND x.cancel_requested_at IS NULL) AS queued,
+           (x.state = {RUNNING} AND x.delivery = {TRANSACTIONAL}
+            AND x.cancel_requested_at IS NULL
+            AND (SELECT count(*) FROM jsonb_array_elements(x.errors) l
+                 WHERE l ->> 'kind' = %(lost_run_kind)s) < %(free_lost_runs)s) AS rerun
     FROM {JOB_TABLE} x
     WHERE x.state IN ({LEASED}) AND x.lease_expires_at < clock_timestamp()
       AND {OWNED_PARTITIONS}
@@ -412,19 +424,24 @@ WITH expired AS (
 ), reaped AS (
     UPDATE {JOB_TABLE} j
     SET state = CASE WHEN j.cancel_requested_at IS NOT NULL THEN {CANCELLED}
-                     WHEN NOT e.began THEN {SCHEDULED}
+                     WHEN NOT e.began OR e.rerun THEN {SCHEDULED}
                      WHEN j.delivery = {AT_MOST_ONCE} THEN {LOST}
                      WHEN {ATTEMPT} >= j.max_attempts THEN {DEAD}
                      ELSE {FAILED} END,
-        attempts = CASE WHEN e.began THEN {ATTEMPT} ELSE j.attempts END,
-        run_at = CASE WHEN e.began AND j.delivery <> {AT_MOST_ONCE}
+        attempts = CASE WHEN e.rerun THEN greatest(j.attempts - 1, 0)
+                        WHEN e.began THEN {ATTEMPT} ELSE j.attempts END,
+        run_at = CASE WHEN e.rerun OR e.began AND j.delivery <> {AT_MOST_ONCE}
                            AND {ATTEMPT} < j.max_attempts AND j.cancel_requested_at IS NULL
-                      THEN clock_timestamp()  -- a retry, due now
+                      THEN clock_timestamp()  -- a retry or a lost run again, due now
                       ELSE j.run_at END,  -- claimed again, lost or dead: as it was
-        finished_at = CASE WHEN e.began OR j.cancel_requested_at IS NOT NULL
+        started_at = CASE WHEN e.rerun THEN NULL ELSE j.started_at END,
+        finished_at = CASE WHEN e.rerun THEN j.finished_at
+                           WHEN e.began OR j.cancel_requested_at IS NOT NULL
                            THEN clock_timestamp() ELSE j.finished_at END,
-        last_error = CASE WHEN e.began THEN %(error)s ELSE j.last_error END,
-        errors = CASE WHEN e.began THEN j.errors || {ERROR_ENTRY} ELSE j.errors END,
+        last_error = CASE WHEN e.rerun THEN %(lost_run_error)s
+                          WHEN e.began THEN %(error)s ELSE j.last_error END,
+        errors = CASE WHEN e.rerun THEN j.errors || {LOST_RUN_ENTRY}
+                      WHEN e.began THEN j.errors || {ERROR_ENTRY} ELSE j.errors END,
         claimed_by = '', lease_expires_at = NULL
     FROM expired e WHERE j.id = e.id AND NOT (e.queued AND NOT e.began)
     RETURNING j.id, j.state, j.run_at, j.priority, j.queue

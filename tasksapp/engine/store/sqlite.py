@@ -18,7 +18,13 @@ from django.utils import timezone
 from tasksapp.engine.models import Delivery, Job, JobQueue, JobState
 from tasksapp.engine.models.jobs import DUE_STATES, LEASED_STATES
 
-from .base import LEASE_EXPIRED_KIND, InsertsBySource, OperatorTransitions
+from .base import (
+    FREE_LOST_RUNS,
+    LEASE_EXPIRED_KIND,
+    LOST_RUN_KIND,
+    InsertsBySource,
+    OperatorTransitions,
+)
 from .rows import (
     Claim,
     DatabaseTime,
@@ -60,6 +66,15 @@ def _error_entry(
     """One more entry of a job's `errors` (its traceback, when there is one)."""
     entry = {"attempt": attempt, "at": at.isoformat(), "error": error, "kind": kind}
     return entry if traceback is None else {**entry, "traceback": traceback}
+
+
+def _runs_again_uncounted(job: Job) -> bool:
+    """A transactional run lost with its worker committed nothing: it runs again, its
+    attempt given back, up to FREE_LOST_RUNS times."""
+    if job.delivery != Delivery.TRANSACTIONAL or job.cancel_requested_at:
+        return False
+    lost_runs = sum(1 for e in job.errors if isinstance(e, dict) and e.get("kind") == LOST_RUN_KIND)
+    return lost_runs < FREE_LOST_RUNS
 
 
 def _lost_state(job: Job) -> str:
@@ -197,6 +212,7 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
         partitions: int,
         owned: Sequence[int],
         error: str,
+        lost_run_error: str = "",
         waiting: Sequence[int] = (),
         ttl: float = 0.0,
     ) -> Reaped:
@@ -218,7 +234,10 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
                 state=JobState.SCHEDULED, claimed_by="", lease_expires_at=None
             )
             for job in expired.filter(state=JobState.RUNNING):
-                count += self._lose_running(job, now, error)
+                if _runs_again_uncounted(job):
+                    count += self._run_lost_run_again(job, now, lost_run_error or error)
+                else:
+                    count += self._lose_running(job, now, error)
             due = Job.objects.filter(id__in=expired_ids, state__in=DUE_STATES).order_by("run_at")
             due_again = [
                 [job_id, ms_whole(run_at), priority, queue]
@@ -233,6 +252,20 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
                 .first()
             )
         return Reaped(count, ms_whole(upcoming) if upcoming else None, due_again)
+
+    def _run_lost_run_again(self, job: Job, now: dt.datetime, error: str) -> int:
+        entry = _error_entry(job.attempts, now, error, LOST_RUN_KIND)
+        held = Job.objects.filter(id=job.id, state=JobState.RUNNING, lease_token=job.lease_token)
+        return held.update(
+            state=JobState.SCHEDULED,
+            attempts=max(job.attempts - 1, 0),
+            run_at=now,
+            started_at=None,
+            last_error=error,
+            errors=[*job.errors, entry],
+            claimed_by="",
+            lease_expires_at=None,
+        )
 
     def _lose_running(self, job: Job, now: dt.datetime, error: str) -> int:
         entry = _error_entry(job.attempts, now, error, LEASE_EXPIRED_KIND)

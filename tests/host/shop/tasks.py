@@ -1,3 +1,6 @@
+import time
+from pathlib import Path
+
 from django_tasks import task
 from shop.models import Run
 
@@ -21,6 +24,18 @@ def report(context, name: str) -> dict:
 @task
 def reserve(sku: str) -> None:
     raise OutOfStock(f"{sku} is out of stock")
+
+
+@task
+def hold(label: str, marker: str) -> str:
+    """Writes its row, then blocks on its first run (its worker is SIGKILLed meanwhile):
+    the row of the killed run rolls back with its transaction."""
+    Run.objects.create(name=label)
+    first = not Path(marker).exists()
+    Path(marker).touch()
+    if first:
+        time.sleep(600)
+    return label
 
 
 def not_a_task(a: int) -> int:
