@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import confirm, schedules, tokens, views
+from . import bulk, confirm, schedules, tokens, views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -11,6 +11,7 @@ urlpatterns = [
     path("recurring/<int:task_id>/", views.recurring_detail, name="recurring-detail"),
     path("recurring/<int:task_id>/<str:action>/", views.task_action, name="task-action"),
     path("jobs/", views.job_list, name="job-list"),
+    path("jobs/bulk/<str:action>/", bulk.job_bulk, name="job-bulk"),
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/<str:action>/", views.job_action, name="job-action"),
     path("graphs/", views.graph_list, name="graph-list"),

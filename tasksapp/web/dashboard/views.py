@@ -26,12 +26,13 @@ from tasksapp.engine.options import MAX_PRIORITY
 from tasksapp.engine.settings import tempo_settings
 from tasksapp.graphs.models import GraphState
 from tasksapp.graphs.selectors import graph_run_page
-from tasksapp.recurring.models import Member, RecurringTask
+from tasksapp.recurring.models import RecurringTask
 from tasksapp.recurring.selectors.plans import (
     member_runs_for_task,
     recurring_task_list,
     recurring_task_plan,
 )
+from tasksapp.web.dashboard import bulk
 from tasksapp.web.dashboard import query as params
 from tasksapp.web.dashboard.access import operator_required, viewer_required
 from tasksapp.web.dashboard.graph_svg import graph_drawing
@@ -85,8 +86,6 @@ ROUTING_ACTIONS = {
 }
 AUDIT_PAGE = 100
 PLAIN_TEXT = "text/plain; charset=utf-8"
-ERR_FILTER_TASK = "task: no recurring task with id {value}."
-ERR_FILTER_MEMBER = "member: no member with external id {value!r}."
 ERR_GRAPH_STATE = "state must be one of: {choices}."
 
 
@@ -201,37 +200,11 @@ def _status(errors: list[str]) -> int:
     return 400 if errors else 200
 
 
-def _job_filters(request: HttpRequest, errors: list[str]) -> JobFilters:
-    task = member = None
-    task_id = _checked(errors, params.whole, request.GET, "task")
-    if task_id is not None:
-        task = RecurringTask.objects.filter(id=task_id).first()
-        if task is None:
-            errors.append(ERR_FILTER_TASK.format(value=task_id))
-    external_id = _checked(errors, params.text, request.GET, "member")
-    if external_id:
-        member = Member.objects.filter(external_id=external_id).first()
-        if member is None:
-            errors.append(ERR_FILTER_MEMBER.format(value=external_id))
-    return JobFilters(
-        state=_checked(errors, params.text, request.GET, "state") or None,
-        handler=_checked(errors, params.text, request.GET, "handler") or None,
-        task=task,
-        member=member,
-        run_at_from=_checked(errors, params.time, request.GET, "run_at_from"),
-        run_at_to=_checked(errors, params.time, request.GET, "run_at_to"),
-        queue=_checked(errors, params.text, request.GET, "queue") or None,
-        priority=_checked(errors, params.whole, request.GET, "priority", low=0, high=9),
-        text=_checked(errors, params.text, request.GET, "text") or None,
-    )
-
-
 @login_required
 @viewer_required
 @require_GET
 def job_list(request: HttpRequest) -> HttpResponse:
-    errors: list[str] = []
-    filters = _job_filters(request, errors)
+    filters, errors = params.job_filters(request.GET)
     cursor = _checked(errors, params.text, request.GET, "cursor")
     page = None
     if not errors:
@@ -252,8 +225,19 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "base_query": query.urlencode(),
         "can_operate": _can_operate(request),
         "filtered": any(request.GET.get(k) for k in request.GET if k != "cursor"),
+        "bulk_fields": params.job_filter_fields(request.GET),
+        "bulk_filter_refused": _bulk_refusal(filters) if not errors else "",
     }
     return render(request, "dashboard/job_list.html", context, status=_status(errors))
+
+
+def _bulk_refusal(filters: JobFilters) -> str:
+    """Why the list's filters cannot choose the jobs of a bulk action ("": they can)."""
+    try:
+        bulk.service_filter(filters)
+    except bulk.BulkInputError as exc:
+        return str(exc)
+    return ""
 
 
 @login_required

@@ -110,6 +110,21 @@ def when(value) -> str:
 
 
 @register.filter
+def clock(value) -> str:
+    """A time of day in a table cell: `06:03:12` (UTC, the date and zone in the title),
+    marked like `when` so the page's script adds the reader's local time."""
+    if not isinstance(value, dt.datetime):
+        return "—"
+    value = value.astimezone(dt.UTC) if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        value.isoformat(),
+        value.strftime(TIME_FORMAT),
+        value.strftime("%H:%M:%S"),
+    )
+
+
+@register.filter
 def took(start, end) -> str:
     """The time from `start` to `end` (two datetimes), as a duration: 1.25 s, 3.0 min."""
     if not isinstance(start, dt.datetime) or not isinstance(end, dt.datetime):
