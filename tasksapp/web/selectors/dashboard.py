@@ -132,7 +132,7 @@ class LagStats:
     p95_ms: float | None
     p99_ms: float | None
     retries: int  # starts of a second or later attempt
-    failures: int  # attempts that ended failed, dead or lost
+    failures: int  # jobs whose latest attempt ended failed, dead or lost (/metrics)
 
 
 def job_lag_stats(*, since: dt.datetime) -> LagStats:
@@ -361,6 +361,29 @@ def worker_list(*, now: dt.datetime) -> list[ProcessRow]:
     return sorted(rows, key=lambda r: (not r.alive, r.name))
 
 
+@dataclass(frozen=True)
+class FailedAttempts:
+    """The dashboard's one count of failed attempts, in all (the overview) and per worker
+    (the workers' section): the attempts each worker process ran that did not succeed —
+    raised, timed out, returned what cannot be stored, or were stopped (cancelled,
+    snoozed) — counted by the process since it started and added to its row at each
+    heartbeat, of the workers heard from within the last hour. An attempt ended by the
+    death of its worker is counted by no worker (the job's timeline has it)."""
+
+    by_worker: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_worker.values())
+
+
+def failed_attempts(*, now: dt.datetime, workers: list[ProcessRow] | None = None) -> FailedAttempts:
+    """Failed attempts per worker and in all (FailedAttempts), from `workers` when the
+    caller has read them (worker_list), so that both places count the same rows."""
+    rows = worker_list(now=now) if workers is None else workers
+    return FailedAttempts({row.name: row.failed or 0 for row in rows if row.kind == "worker"})
+
+
 def partition_owners(*, dispatchers: list[ProcessRow]) -> list[dict[str, Any]]:
     """Which live dispatcher leads each partition (None: nobody, its work waits)."""
     owner = {p: d.name for d in dispatchers if d.alive for p in d.partitions}
@@ -396,6 +419,8 @@ def dashboard_overview(*, now: dt.datetime | None = None) -> dict[str, Any]:
     throughput = job_throughput(since=hour, until=now)
     dispatchers = dispatcher_list(now=now)
     costs = dispatcher_cost_by_hour(since=day)
+    workers = worker_list(now=now)
+    failed = failed_attempts(now=now, workers=workers)
     return {
         "now": now.isoformat(),
         "redis_warning": redis_warning(dispatchers=dispatchers),
@@ -426,7 +451,8 @@ def dashboard_overview(*, now: dt.datetime | None = None) -> dict[str, Any]:
         "retention": {"succeeded_days": retention_settings().job_days[JobState.SUCCEEDED]},
         "tables": [asdict(t) for t in table_sizes()],
         "dispatchers": [asdict(d) for d in dispatchers],
-        "workers": [asdict(w) for w in worker_list(now=now)],
+        "workers": [asdict(w) for w in workers],
+        "failed_attempts": {"total": failed.total, "by_worker": failed.by_worker},
         "partitions": partition_owners(dispatchers=dispatchers),
         "problems": not any(d.alive for d in dispatchers),
     }
