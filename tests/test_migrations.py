@@ -71,3 +71,41 @@ def test_the_run_time_indexes_lose_and_regain_the_jobs_in_flight():
             assert "'running'" in condition
     finally:
         migrate_to_latest()
+
+
+TRIGRAM_INDEXES = ("job_error_trgm_idx", "job_key_trgm_idx", "job_payload_trgm_idx")
+INDEX_STATES = """
+SELECT c.relname, am.amname, i.indisvalid FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam
+WHERE c.relname = ANY(%s)
+"""
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's trigram indexes")
+def test_the_text_search_indexes_come_and_go_and_an_interrupted_build_is_done_again():
+    """0023 builds three partial trigram indexes (a build interrupted before, which left
+    an invalid index under one of the names, is dropped and done again) and drops them
+    when reversed."""
+    from django.db import IntegrityError
+
+    try:
+        Job = migrate([("tasksapp", "0021_recurring_audience")]).get_model("tasksapp", "Job")
+        assert index_conditions(TRIGRAM_INDEXES) == {}
+        Job.objects.create(handler="a.b", run_at=timezone.now(), idempotency_key="k1")
+        Job.objects.create(handler="a.b", run_at=timezone.now(), idempotency_key="k2")
+        with connection.cursor() as cursor, pytest.raises(IntegrityError):
+            cursor.execute(  # fails on the duplicates, leaving the index invalid
+                "CREATE UNIQUE INDEX CONCURRENTLY job_key_trgm_idx ON tasksapp_job (handler)"
+            )
+        migrate([("tasksapp", "0023_job_text_search")])
+        with connection.cursor() as cursor:
+            cursor.execute(INDEX_STATES, [list(TRIGRAM_INDEXES)])
+            states = {name: (method, valid) for name, method, valid in cursor.fetchall()}
+        assert states == dict.fromkeys(TRIGRAM_INDEXES, ("gin", True))
+        for condition in index_conditions(TRIGRAM_INDEXES).values():
+            assert condition.startswith("(NOT ") and "'claimed'" in condition
+            assert "'running'" in condition and "'scheduled'" not in condition
+        migrate([("tasksapp", "0021_recurring_audience")])
+        assert index_conditions(TRIGRAM_INDEXES) == {}
+    finally:
+        migrate_to_latest()

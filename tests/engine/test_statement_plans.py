@@ -200,3 +200,43 @@ def test_a_token_that_does_not_match_leaves_its_job_alone():
     result = rows[ids[0]][1]
     assert (json.loads(result) if isinstance(result, str) else result) == {"n": 1}
     assert rows[ids[2]][1] is None  # a handler that returned nothing stores NULL
+
+
+TRIGRAM_INDEXES = ("job_error_trgm_idx", "job_key_trgm_idx", "job_payload_trgm_idx")
+
+
+def plan_shape(statement: str, params: dict) -> list[tuple]:
+    """The plan's nodes (their type, relation and index), as planned, not run."""
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + statement, params)
+        raw = cursor.fetchone()[0]
+    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    return [(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in all_nodes(plan)]
+
+
+def test_the_text_search_indexes_leave_the_hot_statements_plans_as_they_were():
+    """The claim, the start, the renewal, the success and the failure are planned alike
+    with the trigram indexes of migration 0023 and without them (dropped in this test's
+    transaction)."""
+    ids = stale_table("claimed")[:250]
+    leases = [(job_id, 0) for job_id in ids]
+    failure = {"state": "failed", "delay": 1, "error": "x", "kind": "error", "traceback": None}
+    statements = [
+        (sql.CLAIM_DUE, {"ids": ids, "owner": "d1", "ttl": 10, "lead": 0.04}),
+        (sql.START_CLAIMED, {**sql.fenced_params(leases), "worker": "w1", "ttl": 6, "lead": 1}),
+        (sql.RENEW_RUNNING, {**sql.fenced_params(leases), "ttl": 6}),
+        (sql.SUCCEED_RUNNING, sql.outcome_params([(i, 0, None, None) for i in ids], "w1")),
+        (sql.FAIL_RUNNING, {**failure, "id": ids[0], "token": 0, "began_ms": None}),
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_class WHERE relname = ANY(%s)", [list(TRIGRAM_INDEXES)]
+        )
+        assert cursor.fetchone()[0] == len(TRIGRAM_INDEXES)
+    with_indexes = [plan_shape(statement, params) for statement, params in statements]
+    with connection.cursor() as cursor:
+        cursor.execute("DROP INDEX " + ", ".join(TRIGRAM_INDEXES))
+    without = [plan_shape(statement, params) for statement, params in statements]
+    assert with_indexes == without
+    read = {index for shape in with_indexes for _, _, index in shape}
+    assert f"{JOB_TABLE}_pkey" in read and not read & set(TRIGRAM_INDEXES)

@@ -82,6 +82,16 @@ def test_the_three_indexes_leave_out_claimed_and_running_jobs():
         assert "'running'" in condition and "'scheduled'" not in condition
 
 
+def test_the_trigram_indexes_leave_out_claimed_and_running_jobs():
+    """The text search's indexes (migration 0023): a claim and a start write no entry."""
+    names = ("job_error_trgm_idx", "job_key_trgm_idx", "job_payload_trgm_idx")
+    conditions = index_conditions(names)
+    assert set(conditions) == set(names)
+    for condition in conditions.values():
+        assert condition.startswith("(NOT ") and "'claimed'" in condition
+        assert "'running'" in condition and "'scheduled'" not in condition
+
+
 def page_queries(filters: JobFilters) -> tuple[list, list[str]]:
     with CaptureQueriesContext(connection) as queries:
         page = job_page(filters=filters, limit=5)

@@ -11,10 +11,18 @@ filter those are read apart through `job_lease_idx` and merged into the page.
 The handler filter is a prefix (`myjobs` finds `myjobs.billing.charge`): a range on
 `handler` that `job_handler_run_at_idx` serves in any collation (a `LIKE 'x%'` would
 need `text_pattern_ops`), with `startswith` kept for exactness. Queue and priority have
-no index of their own: they filter the rows the run-time order reads. Text (in the last
-error, the idempotency key, the payload) has no index at all, so it is searched in a
-bounded window: the SEARCH_WINDOW latest jobs matching the other filters, before the
-cursor; the page's next cursor then continues below that window.
+no index of their own: they filter the rows the run-time order reads.
+
+Text is searched in the last error, the idempotency key and the payload (as JSON text),
+in any case, over all jobs: on PostgreSQL `ILIKE '%text%'`, which the trigram indexes of
+migration 0023 serve (`job_error_trgm_idx`, `job_key_trgm_idx`, `job_payload_trgm_idx`).
+They too leave out the jobs in flight, so the search reads those through job_lease_idx,
+as the list does. The planner chooses: a rare text is a union of the three indexes'
+matches, sorted; a common one reads the run-time order and stops at the page's end. A
+text without three letters or digits in a row has no trigram for an index to look up: it
+alone is searched in a bounded window, the SEARCH_WINDOW latest jobs matching the other
+filters before the cursor, and the page's next cursor continues below that window.
+SQLite (the embedded mode) has no such index: a plain scan.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +47,7 @@ from django.db.models import (
     When,
 )
 from django.db.models.functions import Cast, Length
-from django.db.models.lookups import GreaterThan
+from django.db.models.lookups import GreaterThan, IContains, Lookup
 
 from tasksapp.engine.jsonvalues import safe_json
 from tasksapp.engine.models import LEASED_STATES, NOT_LEASED, Job, JobState
@@ -53,7 +62,10 @@ MAX_CURSOR_CHARS = 200
 MAX_ID = 2**63 - 1
 # JSON columns a list page may leave unloaded when they are large (json_inline_chars).
 LARGE_JSON = ("payload", "result", "errors", "history")
-SEARCH_WINDOW = 10_000  # a text search reads at most this many jobs per page
+# A text without a trigram (three letters or digits in a row) is searched in at most
+# this many jobs per page; any other text through the trigram indexes, over all jobs.
+SEARCH_WINDOW = 10_000
+TRIGRAM = re.compile(r"[^\W_]{3}")  # pg_trgm's words: letters and digits
 MAX_TEXT = 200
 MEMBER_PLANS = 400  # a member filter looks at this many of the latest slice plans
 MAX_OPERATOR_EVENTS = 50  # a job's timeline shows at most this many operator actions
@@ -95,7 +107,7 @@ class JobFilters:
     run_at_to: dt.datetime | None = None
     queue: str | None = None
     priority: int | None = None
-    text: str | None = None  # in last_error, idempotency_key or payload (bounded window)
+    text: str | None = None  # in last_error, idempotency_key or payload
 
 
 @dataclass
@@ -103,8 +115,9 @@ class JobPage:
     jobs: list[Job]
     next_cursor: str | None  # None on the last page
     filters: JobFilters = field(default_factory=JobFilters)
-    # A text search that read a whole window: the oldest run time it reached (the next
-    # cursor goes on below it); None when the search reached the end of the jobs.
+    # A search for a text without a trigram that read a whole window: the oldest run
+    # time it reached (the next cursor goes on below it); None when the search reached
+    # the end of the jobs, and for every other search.
     searched_to: dt.datetime | None = None
 
 
@@ -171,14 +184,31 @@ def handler_prefix(prefix: str) -> Q:
     return Q(handler__gte=prefix, handler__lt=upper, handler__startswith=prefix)
 
 
+class TextContains(IContains):
+    """Case-insensitive substring. On PostgreSQL `ILIKE`, which a `gin_trgm_ops` index
+    serves (Django's icontains compares UPPER() of both sides, which no index holds);
+    elsewhere icontains. Wildcards in the text are escaped: plain characters."""
+
+    def as_postgresql(self, compiler, connection):
+        lhs, lhs_params = Lookup.process_lhs(self, compiler, connection)
+        rhs, rhs_params = self.process_rhs(compiler, connection)
+        return f"{lhs} ILIKE {rhs}", (*lhs_params, *rhs_params)
+
+
+def text_indexed(text: str) -> bool:
+    """Whether the trigram indexes can look the text up: it holds a trigram of letters
+    or digits (a shorter word or punctuation alone gives pg_trgm none to search for)."""
+    return TRIGRAM.search(text) is not None
+
+
 def _text_match(jobs: QuerySet[Job], text: str) -> QuerySet[Job]:
-    if len(text) > MAX_TEXT:
-        raise JobFilterError(ERR_TEXT)
-    jobs = jobs.alias(payload_text=Cast("payload", output_field=TextField()))
+    """Jobs with `text` in their last error, idempotency key or payload (as JSON text):
+    each an expression one of the trigram indexes of migration 0023 is built on."""
+    payload_text = Cast("payload", output_field=TextField())
     return jobs.filter(
-        Q(last_error__icontains=text)
-        | Q(idempotency_key__icontains=text)
-        | Q(payload_text__icontains=text)
+        TextContains(F("last_error"), text)
+        | TextContains(F("idempotency_key"), text)
+        | TextContains(payload_text, text)
     )
 
 
@@ -228,7 +258,10 @@ def job_page(
         jobs = jobs.only(*columns)
     window_end = None
     if filters.text:
-        window_end = _window_end(jobs, by_state=bool(filters.state))
+        if len(filters.text) > MAX_TEXT:
+            raise JobFilterError(ERR_TEXT)
+        if not text_indexed(filters.text):
+            window_end = _window_end(jobs, by_state=bool(filters.state))
         if window_end is not None:
             end_at, end_id = window_end
             jobs = jobs.filter(Q(run_at__gt=end_at) | Q(run_at=end_at, id__gte=end_id))
