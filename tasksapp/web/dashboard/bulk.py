@@ -47,6 +47,18 @@ BULK_FILTERS = {
     "run_at_to": "run_at_to",
 }
 NOT_BULK_FILTERS = ("task", "member", "text")
+# How the confirmation page names each of the list's filters.
+FILTER_WORDS = {
+    "state": "state is",
+    "handler": "handler starts with",
+    "queue": "queue is",
+    "priority": "priority is",
+    "task": "recurring task",
+    "member": "member",
+    "run_at_from": "run at from (UTC)",
+    "run_at_to": "run at before (UTC)",
+    "text": "text",
+}
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,11 @@ class BulkAsk:
     filter: dict[str, Any]
     fields: list[tuple[str, str]]
     back_url: str
+
+    @property
+    def described(self) -> list[tuple[str, str]]:
+        """The list's filters it carries, in words: [("state is", "dead"), ...]."""
+        return [(FILTER_WORDS[name], value) for name, value in self.fields if name in FILTER_WORDS]
 
 
 def back_url(query: QueryDict) -> str:
