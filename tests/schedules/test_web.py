@@ -180,3 +180,150 @@ def test_admin_adds_and_edits_through_the_services():
     assert schedule.next_fire_at > timezone.now()
     assert schedule.next_fire_at.astimezone(ZoneInfo("Europe/Berlin")).hour == 3
     assert audit("schedule_create")[0].via == "admin"
+
+
+FORM = {
+    "name": "from-form",
+    "handler": HANDLER,
+    "cron": "30 2 * * *",
+    "every_seconds": "",
+    "timezone": "Europe/Berlin",
+    "start_at": "",
+    "end_at": "",
+    "jitter_seconds": "5",
+    "catchup": "all",
+    "catchup_window_seconds": "7200",
+    "overlap": "skip",
+    "active": "on",
+    "payload": '{"format": "csv"}',
+    "queue": "default",
+    "priority": "7",
+    "max_attempts": "3",
+    "delivery": "at_least_once",
+    "time_limit": "600",
+}
+
+
+def test_dashboard_form_creates_a_schedule_through_the_audited_service(operator_client):
+    page = operator_client.get("/schedules/new/")
+    html = page.content.decode()
+    assert page.status_code == 200 and "csrfmiddlewaretoken" in html
+    assert f'<option value="{HANDLER}">' in html  # the registered handlers offered
+    assert 'action="/schedules/new/"' in html and 'method="post"' in html
+    response = operator_client.post("/schedules/new/", {**FORM, "end_at": "2027-01-31T23:00"})
+    schedule = Schedule.objects.get(name="from-form")
+    assert response.status_code == 302 and response.url == f"/schedules/{schedule.id}/"
+    assert (schedule.cron, schedule.timezone, schedule.overlap) == (
+        "30 2 * * *",
+        "Europe/Berlin",
+        "skip",
+    )
+    assert schedule.catchup == "all" and schedule.catchup_window == dt.timedelta(hours=2)
+    assert schedule.jitter == dt.timedelta(seconds=5) and schedule.payload == {"format": "csv"}
+    assert (schedule.priority, schedule.max_attempts, schedule.time_limit) == (7, 3, 600.0)
+    assert schedule.delivery == "at_least_once" and schedule.active
+    # a time without an offset is the schedule's zone's wall time: 23:00 CET is 22:00 UTC
+    assert schedule.end_at == dt.datetime(2027, 1, 31, 22, tzinfo=dt.UTC)
+    (created,) = audit("schedule_create")
+    assert created.via == "dashboard" and created.target_id == str(schedule.id)
+    detail = operator_client.get(response.url).content.decode()
+    assert "created: its fire times are planned" in detail and 'id="next-fires"' in detail
+    assert f'href="/schedules/{schedule.id}/edit/"' in detail
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        ({"cron": "61 * * * *"}, "cron", "cron '61 * * * *' is not valid"),
+        ({"cron": "0 3 * *"}, "cron", "cron must have 5 fields"),
+        ({"every_seconds": "60"}, "cron", "give exactly one of cron"),
+        ({"cron": "", "every_seconds": "0.5"}, "every_seconds", "every must be a timedelta"),
+        ({"cron": "", "every_seconds": "often"}, "every_seconds", "every must be a number"),
+        ({"timezone": "Mars/Base"}, "timezone", "timezone must be an IANA zone"),
+        ({"handler": "no.such.handler"}, "handler", "handler 'no.such.handler' is not registered"),
+        ({"payload": "{not json"}, "payload", "Enter a valid JSON"),
+        ({"start_at": "tomorrow"}, "start_at", "enter a date and time such as"),
+        (
+            {"start_at": "2027-01-02T00:00", "end_at": "2027-01-01T00:00"},
+            "end_at",
+            "end_at must be after start_at",
+        ),
+        ({"catchup": "sometimes"}, "catchup", "Select a valid choice"),
+        ({"catchup_window_seconds": str(86400 * 8)}, "catchup_window_seconds", "catchup_window"),
+        ({"priority": "12"}, "priority", "priority must be an integer from 0"),
+        ({"queue": "Bad Queue"}, "queue", "queue must be 1-64 characters"),
+        ({"time_limit": "-1"}, "time_limit", "time_limit must be a positive number"),
+    ],
+)
+def test_dashboard_form_refuses_bad_input_at_its_field_and_stores_nothing(
+    operator_client, change, field, message
+):
+    response = operator_client.post("/schedules/new/", {**FORM, **change})
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert errors[field][0].startswith(message), errors
+    html = response.content.decode()
+    assert 'id="form-errors"' in html and 'class="field-error"' in html
+    assert f'value="{FORM["name"]}"' in html  # the input is shown again, to correct
+    assert not Schedule.objects.exists() and not Job.objects.exists()
+    assert not audit("schedule_create")
+
+
+def test_dashboard_form_refuses_a_name_taken(operator_client):
+    schedule_create(name="from-form", handler=HANDLER, cron="0 * * * *")
+    response = operator_client.post("/schedules/new/", FORM)
+    assert response.status_code == 400
+    assert response.context["form"].errors["name"] == [
+        "a schedule named 'from-form' already exists."
+    ]
+    assert Schedule.objects.count() == 1
+
+
+def test_dashboard_form_edits_from_the_next_unplanned_fire(operator_client):
+    schedule = schedule_create(
+        name="edited", handler=HANDLER, every=dt.timedelta(minutes=1), payload={"v": 1}
+    )
+    planned = dict(Job.objects.values_list("id", "payload__payload"))
+    page = operator_client.get(f"/schedules/{schedule.id}/edit/").content.decode()
+    assert 'value="60.0"' in page and "{&quot;v&quot;: 1}" in page  # its values to edit
+    form = {**FORM, "name": "edited", "cron": "", "every_seconds": "120", "payload": '{"v": 2}'}
+    response = operator_client.post(f"/schedules/{schedule.id}/edit/", form)
+    assert response.status_code == 302, response.context["form"].errors
+    schedule.refresh_from_db()
+    assert schedule.every == dt.timedelta(minutes=2) and schedule.payload == {"v": 2}
+    after = dict(Job.objects.values_list("id", "payload__payload"))
+    assert {job_id: after[job_id] for job_id in planned} == planned  # kept as planned
+    (edit,) = audit("schedule_edit")
+    assert edit.via == "dashboard"
+    assert edit.details["changed"]["every"] == {"before": 60.0, "after": 120.0}
+    assert edit.details["changed"]["payload"] == {"before": {"v": 1}, "after": {"v": 2}}
+    bad = {**form, "cron": "* *", "every_seconds": ""}
+    refused = operator_client.post(f"/schedules/{schedule.id}/edit/", bad)
+    assert refused.status_code == 400 and "cron must have 5 fields" in refused.content.decode()
+    schedule.refresh_from_db()
+    assert schedule.every == dt.timedelta(minutes=2) and len(audit("schedule_edit")) == 1
+
+
+def test_dashboard_form_is_for_operators_only(viewer_client, viewer):
+    schedule = schedule_create(name="kept", handler=HANDLER, cron="0 * * * *")
+    assert viewer_client.get("/schedules/new/").status_code == 403
+    assert viewer_client.get(f"/schedules/{schedule.id}/edit/").status_code == 403
+    assert viewer_client.post("/schedules/new/", FORM).status_code == 403
+    edit = viewer_client.post(f"/schedules/{schedule.id}/edit/", {**FORM, "name": "taken"})
+    assert edit.status_code == 403
+    assert Schedule.objects.get().name == "kept" and not Schedule.objects.filter(name="taken")
+    refusals = OperatorAction.objects.filter(username=viewer.username).order_by("id")
+    assert [(r.action, r.target_type) for r in refusals] == [
+        ("denied:schedule_create", "url"),
+        ("denied:schedule_edit", "schedule"),
+    ]
+    assert refusals[1].target_id == str(schedule.id)
+    listing = viewer_client.get("/schedules/").content.decode()
+    assert "/schedules/new/" not in listing  # no link to a form the viewer may not use
+
+
+def test_dashboard_form_needs_the_csrf_token(operator):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(operator)
+    assert client.post("/schedules/new/", FORM).status_code == 403
+    assert not Schedule.objects.exists()

@@ -104,6 +104,12 @@ JOB_BODY = {"handler": HANDLER, "run_at": "@run_at", "payload": {"n": 1}}
 GRAPH_BODY = {"has": {"user_id": 7, "latency_scale": 0, "failure_rate": 0}, "wants": ["friends"]}
 TASK_BODY = {"name": "matrix", "handler": HANDLER, "period_seconds": 86400, "slices": 24}
 SCHEDULE_BODY = {"name": "matrix-new", "handler": HANDLER, "cron": "0 3 * * *"}
+SCHEDULE_FORM = {  # the dashboard's form: every field, as a browser sends them
+    **SCHEDULE_BODY,
+    **{"timezone": "UTC", "jitter_seconds": "0", "catchup": "one", "overlap": "allow"},
+    **{"catchup_window_seconds": "3600", "active": "on", "payload": "{}", "queue": "default"},
+    **{"priority": "5", "max_attempts": "5", "delivery": "transactional"},
+}
 FIRE_RANGE = {"start": "2026-01-01T00:00:00Z", "end": "2026-01-02T00:00:00Z"}
 
 
@@ -195,6 +201,26 @@ MATRIX: list[Row] = [
     ),
     Row("dashboard:schedule-list", "GET", "view", PAGE),
     Row("dashboard:schedule-detail", "GET", "view", PAGE, {"schedule_id": "schedule"}),
+    # The form that creates or edits a schedule: operators only, its page too.
+    Row("dashboard:schedule-create", "GET", "operate", CONFIRM_PAGE),
+    Row(
+        "dashboard:schedule-create",
+        "POST",
+        "operate",
+        PAGE_ACTION,
+        body={**SCHEDULE_FORM, "name": "matrix-form"},
+        action="schedule_create",
+    ),
+    Row("dashboard:schedule-edit", "GET", "operate", CONFIRM_PAGE, {"schedule_id": "schedule"}),
+    Row(
+        "dashboard:schedule-edit",
+        "POST",
+        "operate",
+        PAGE_ACTION,
+        {"schedule_id": "schedule"},
+        body={**SCHEDULE_FORM, "name": "matrix-edited"},
+        action="schedule_edit",
+    ),
     *[
         Row(
             "dashboard:schedule-action",

@@ -19,7 +19,9 @@ urlpatterns = [
     path("queues/mode/<str:action>/", views.routing_action, name="routing-action"),
     path("queues/<str:name>/<str:action>/", views.queue_action, name="queue-action"),
     path("schedules/", schedules.schedule_list_page, name="schedule-list"),
+    path("schedules/new/", schedules.schedule_create_page, name="schedule-create"),
     path("schedules/<int:schedule_id>/", schedules.schedule_detail_page, name="schedule-detail"),
+    path("schedules/<int:schedule_id>/edit/", schedules.schedule_edit_page, name="schedule-edit"),
     path(
         "schedules/<int:schedule_id>/<str:action>/",
         schedules.schedule_action,
