@@ -114,7 +114,8 @@ def _stop_lease_keeper():
     """The executor starts a lease-keeper thread per process; stop it after each test so
     no connection outlives the test database."""
     yield
-    from tasksapp.engine.worker.executor import stop_handler_pool, stop_lease_keeper
+    from tasksapp.engine.worker.executor import stop_handler_pool
+    from tasksapp.engine.worker.lease_keeper import stop_lease_keeper
 
     stop_lease_keeper()
     stop_handler_pool()

@@ -81,7 +81,8 @@ def main() -> None:
         from django.db import connection
 
         from tasksapp.engine.sessions import use_engine_sessions
-        from tasksapp.engine.worker.executor import execute_batch, lease_keeper, warm_up
+        from tasksapp.engine.worker.executor import execute_batch, warm_up
+        from tasksapp.engine.worker.lease_keeper import lease_keeper
 
         use_engine_sessions()
         lease_keeper()

@@ -20,7 +20,8 @@ from tasksapp.engine.transitions import (
     job_start,
     traceback_tail,
 )
-from tasksapp.engine.worker.executor import STACK_AT_LIMIT, TRACEBACK_FRAMES, execute_batch
+from tasksapp.engine.worker.executor import execute_batch
+from tasksapp.engine.worker.outcomes import STACK_AT_LIMIT, TRACEBACK_FRAMES
 from tests.factories import JobFactory
 from tests.web.dashboard.fixtures import (  # noqa: F401 - fixtures
     roles,

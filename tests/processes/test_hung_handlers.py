@@ -1,7 +1,7 @@
 """Handlers that never return, and warm shutdowns, with real worker processes.
 
 A prefork worker (`-P prefork`) ends the child that runs a handler at the handler's time
-limit (tasksapp/engine/worker/executor.py, LeaseKeeper's watchdog); Celery's pool starts
+limit (tasksapp/engine/worker/lease_keeper.py, LeaseKeeper's watchdog); Celery's pool starts
 another child, so the slot is free again. The cluster's run lease is 3 s: the child ends
 at the limit, before the lease (no longer renewed) can expire and the job be re-claimed.
 """

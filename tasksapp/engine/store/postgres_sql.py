@@ -242,7 +242,7 @@ STARTABLE = f"""j.id = ANY(%(ids)s::bigint[]) AND j.lease_token = {TOKEN_OF_ROW}
 
 # The worker starts a job as soon as its message arrives, up to `lead` seconds before
 # run_at (the dispatcher claims 40 ms ahead), and waits for run_at itself before calling
-# the handler (tasksapp.engine.worker.executor).
+# the handler (tasksapp.engine.worker.attempt).
 START_CLAIMED = f"""
 UPDATE {JOB_TABLE} j
 SET {START_SET}

@@ -10,13 +10,12 @@ from tasksapp.engine.runtime import freeze_startup_heap
 from tasksapp.engine.sessions import use_engine_sessions
 from tasksapp.engine.settings import tempo_settings
 from tasksapp.engine.worker.executor import (
-    end_processes_at_time_limit,
     execute_batch,
-    lease_keeper,
     on_every_pool_thread,
     warm_handler_pool,
     warm_up,
 )
+from tasksapp.engine.worker.lease_keeper import end_processes_at_time_limit, lease_keeper
 from tasksapp.engine.worker.wakeup import free_slot
 
 RUN_JOBS = "tasksapp.run_jobs"

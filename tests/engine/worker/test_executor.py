@@ -9,7 +9,8 @@ from django.utils import timezone
 
 from tasksapp.engine.models import Job, JobState
 from tasksapp.engine.transitions import job_claim_due
-from tasksapp.engine.worker import executor
+from tasksapp.engine.worker import executor, outcomes
+from tasksapp.engine.worker import lease_keeper as keeper_module
 from tasksapp.engine.worker.executor import execute_batch
 from tests.factories import JobFactory
 
@@ -210,7 +211,7 @@ def test_an_outcome_that_cannot_be_recorded_leaves_the_lease_to_expire(monkeypat
     def database_gone(**kwargs):
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(executor, "job_succeed", database_gone)
+    monkeypatch.setattr(outcomes, "job_succeed", database_gone)
     with pytest.raises(OperationalError):
         execute_batch([[claim.id, claim.token, claim.run_at_ms]])
     assert job.id not in executor.lease_keeper()._held
@@ -289,9 +290,9 @@ def test_a_prefork_child_past_a_limit_records_settles_its_batch_and_ends(monkeyp
     import threading
 
     ended = threading.Event()
-    monkeypatch.setattr(executor, "_ends_process", True)
-    monkeypatch.setattr(executor.os, "_exit", lambda code: ended.set())
-    executor.stop_lease_keeper()
+    monkeypatch.setattr(keeper_module, "_ends_process", True)
+    monkeypatch.setattr(keeper_module.os, "_exit", lambda code: ended.set())
+    keeper_module.stop_lease_keeper()
     hung = JobFactory(
         handler="tests.handlers.recording.record_slowly",
         payload={"seconds": 1.0},
@@ -330,7 +331,7 @@ def test_successes_are_recorded_on_a_new_connection_after_the_database_came_back
     the success, instead of leaving the job to run again or end `lost`."""
     job = JobFactory(handler="tests.handlers.recording.echo", delivery=delivery)
     (claim,) = job_claim_due(ids=[job.id], owner="d", ttl=10)
-    real, failures = executor.job_succeed, []
+    real, failures = outcomes.job_succeed, []
 
     def away_twice(**kwargs):
         if len(failures) < 2:
@@ -338,7 +339,7 @@ def test_successes_are_recorded_on_a_new_connection_after_the_database_came_back
             raise OperationalError("server closed the connection unexpectedly")
         return real(**kwargs)
 
-    monkeypatch.setattr(executor, "job_succeed", away_twice)
+    monkeypatch.setattr(outcomes, "job_succeed", away_twice)
     assert execute_batch([[claim.id, claim.token, claim.run_at_ms]]) == 1
     job.refresh_from_db()
     assert (job.state, job.attempts, len(failures)) == (JobState.SUCCEEDED, 1, 2)

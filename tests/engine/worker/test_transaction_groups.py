@@ -6,7 +6,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from tasksapp.engine.models import Job, JobState
-from tasksapp.engine.worker.executor import ERR_TRANSACTION_ABORTED
+from tasksapp.engine.worker.groups import ERR_TRANSACTION_ABORTED
 from tests.engine.worker.test_executor import claim_and_run
 from tests.factories import JobFactory
 
