@@ -133,9 +133,13 @@ SECONDS["catchup_window_seconds"] = "catchup_window"
 WHEN_FORMAT = "%Y-%m-%dT%H:%M:%S"
 
 
-def _number(label: str, **kwargs) -> forms.FloatField:
+def _number(name: str, **kwargs) -> forms.FloatField:
+    """Seconds, refused as the service names the field."""
+    invalid = ERR_SECONDS.format(field=name)
     return forms.FloatField(
-        label=label, error_messages={"invalid": ERR_SECONDS.format(field=label)}, **kwargs
+        label=f"{name.replace('catchup', 'catch-up').replace('_', ' ')} (seconds)",
+        error_messages={"invalid": invalid},
+        **kwargs,
     )
 
 
@@ -149,20 +153,22 @@ class ScheduleForm(forms.Form):
         required=False, max_length=200, help_text="5 fields, or 6 with the seconds first."
     )
     every_seconds = _number("every", required=False, help_text="Or: seconds between fires.")
-    timezone = forms.CharField(max_length=64, initial="UTC", help_text="An IANA zone.")
+    timezone = forms.CharField(
+        label="time zone", max_length=64, initial="UTC", help_text="An IANA zone."
+    )
     start_at = forms.CharField(required=False, help_text="In the schedule's zone (optional).")
     end_at = forms.CharField(required=False, help_text="In the schedule's zone (optional).")
     jitter_seconds = _number("jitter", initial=0, help_text="Each run starts up to this late.")
-    catchup = forms.ChoiceField(choices=Catchup.choices, initial=Catchup.ONE)
+    catchup = forms.ChoiceField(label="catch-up", choices=Catchup.choices, initial=Catchup.ONE)
     catchup_window_seconds = _number("catchup_window", initial=3600)
     overlap = forms.ChoiceField(choices=Overlap.choices, initial=Overlap.ALLOW)
     active = forms.BooleanField(required=False, initial=True)
+    max_attempts = forms.IntegerField(label="max attempts", initial=5)
     payload = GuardedJSONField(
         required=False, initial=dict, widget=forms.Textarea(attrs={"rows": 5, "cols": 60})
     )
     queue = forms.CharField(max_length=64, initial=DEFAULT_QUEUE)
     priority = forms.IntegerField(initial=DEFAULT_PRIORITY, help_text="0 (lowest) to 9.")
-    max_attempts = forms.IntegerField(initial=5)
     delivery = forms.ChoiceField(choices=Delivery.choices, initial=Delivery.TRANSACTIONAL)
     time_limit = _number("time_limit", required=False, help_text="Seconds per attempt.")
 
@@ -212,7 +218,8 @@ def form_initial(schedule: Schedule) -> dict[str, Any]:
     initial = {name: getattr(schedule, name, None) for name in ScheduleForm.base_fields}
     for field, name in SECONDS.items():
         value = getattr(schedule, name)
-        initial[field] = None if value is None else value.total_seconds()
+        seconds = None if value is None else value.total_seconds()
+        initial[field] = int(seconds) if seconds is not None and seconds.is_integer() else seconds
     for name in ("start_at", "end_at"):
         value = getattr(schedule, name)
         initial[name] = "" if value is None else value.astimezone(zone).strftime(WHEN_FORMAT)
