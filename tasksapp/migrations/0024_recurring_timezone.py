@@ -2,8 +2,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    # The latest migration: 0021_recurring_audience is applied after 0022_alerts.
-    dependencies = [("tasksapp", "0021_recurring_audience")]
+    dependencies = [("tasksapp", "0023_job_text_search")]
 
     operations = [
         migrations.AddField(
