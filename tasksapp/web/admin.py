@@ -39,7 +39,7 @@ from tasksapp.engine.options import (
 )
 from tasksapp.engine.queues import queue_configure, routing_degrade
 from tasksapp.engine.services import JobInputError, job_schedule
-from tasksapp.recurring import phases
+from tasksapp.recurring import localtime, phases
 from tasksapp.recurring.models import FreeOrdinal, Member, RecurringTask, SlicePlan
 from tasksapp.recurring.services import (
     MAX_MEMBER_IDS,
@@ -507,6 +507,13 @@ class RecurringTaskForm(RoutingDefaults, forms.ModelForm):
     phase_strategy = forms.ChoiceField(
         choices=[(s, s) for s in phases.STRATEGIES], initial=phases.GOLDEN, required=False
     )
+    timezone = forms.ChoiceField(
+        choices=(),
+        initial=localtime.UTC_NAME,
+        required=False,
+        help_text="Periods of whole days follow this zone's calendar days from local "
+        "midnight (23 or 25 hours across a DST change). Fixed once the task exists.",
+    )
 
     class Meta:
         model = RecurringTask
@@ -517,6 +524,7 @@ class RecurringTaskForm(RoutingDefaults, forms.ModelForm):
             *JOB_OPTION_FIELDS,
             "epoch",
             "period",
+            "timezone",
             "slices",
             "active",
             "retention",
@@ -530,11 +538,15 @@ class RecurringTaskForm(RoutingDefaults, forms.ModelForm):
         self._routing_optional()
         if "handler" in self.fields:
             self.fields["handler"].choices = [(name, name) for name in handler_registry]
+        if "timezone" in self.fields:
+            zones = [localtime.UTC_NAME, *sorted(localtime.zone_names() - {localtime.UTC_NAME})]
+            self.fields["timezone"].choices = [(name, name) for name in zones]
 
     def save_through_service(self) -> RecurringTask:
         data = {k: v for k, v in self.cleaned_data.items() if k in self.Meta.fields}
         if self.instance.pk is None:
             data["phase_strategy"] = data.get("phase_strategy") or phases.GOLDEN
+            data["timezone"] = data.get("timezone") or localtime.UTC_NAME
             return recurring_task_create(**data)
         changed = {k: v for k, v in data.items() if k in self.changed_data}
         changed.pop("name", None)  # the name is read-only once created
@@ -570,7 +582,16 @@ class RecurringTaskForm(RoutingDefaults, forms.ModelForm):
 class RecurringTaskAdmin(OperateMixin, DeclaredFiltersAdmin):
     form = RecurringTaskForm
     formfield_overrides = {models.JSONField: {"form_class": GuardedJSONField}}
-    list_display = ["name", "handler", "period", "slices", "active", "next_from", "dashboard"]
+    list_display = [
+        "name",
+        "handler",
+        "period",
+        "timezone",
+        "slices",
+        "active",
+        "next_from",
+        "dashboard",
+    ]
     list_filter = ["active"]
     search_fields = ["name", "handler"]
     actions = ["pause_tasks", "resume_tasks"]
@@ -578,7 +599,8 @@ class RecurringTaskAdmin(OperateMixin, DeclaredFiltersAdmin):
     def get_readonly_fields(self, request, obj=None):
         machine = ["first_period", "next_from", "next_period", "next_slices", "created_at"]
         audience = ["audience", "audience_filter", "phase_strategy", "phase_shift"]
-        return ["name", *machine, *audience, "planner_schedule"] if obj else ["planner_schedule"]
+        fixed = ["name", "timezone"]
+        return [*fixed, *machine, *audience, "planner_schedule"] if obj else ["planner_schedule"]
 
     def save_model(self, request, obj, form, change):
         saved = form.save_through_service()

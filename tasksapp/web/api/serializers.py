@@ -416,6 +416,13 @@ class RecurringTaskCreateSerializer(JobOptionsSerializer):
     period_seconds = serializers.IntegerField(min_value=60, max_value=MAX_PERIOD_SECONDS)
     slices = serializers.IntegerField(min_value=1, max_value=10_000, default=1)
     epoch = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    timezone = serializers.CharField(
+        max_length=64,
+        required=False,
+        default="UTC",
+        help_text='An IANA time zone ("Europe/Berlin"): periods of whole days follow its '
+        "calendar days from local midnight. UTC: fixed-length periods from the epoch.",
+    )
     active = serializers.BooleanField(default=True)
     retention = serializers.JSONField(
         required=False,
@@ -471,6 +478,7 @@ class RecurringTaskSerializer(serializers.ModelSerializer):
             "epoch",
             "first_period",
             "period_seconds",
+            "timezone",
             "slices",
             "next_from",
             "next_period_seconds",
