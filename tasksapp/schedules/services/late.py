@@ -128,6 +128,12 @@ def schedule_late_check(
     the policy it was planned with (`catchup` None: planned before runs were checked),
     its run recording `caught_up` or `skipped_missed` and why. A run decided skipped
     stays skipped on a redelivery of its job."""
+    if catchup is None:
+        return LateDecision(run=True)
+    now = database_now()
+    grace = dt.timedelta(seconds=schedule_settings().late_grace_seconds)
+    if now - run_at <= grace:  # on time: one query, nothing recorded
+        return LateDecision(run=True)
     this_run = ScheduleRun.objects.filter(schedule_id=schedule_id, fire_at=fire_at)
     run = this_run.values("outcome", "details").first()
     if run is None:  # its schedule was deleted while the job ran
@@ -136,11 +142,10 @@ def schedule_late_check(
         return LateDecision(run=False, details=run["details"])
     if not late_check_applies(catchup=catchup, attempt=attempt, **run):
         return LateDecision(run=True, details=run["details"])
-    now = database_now()
     decision = late_run_decided(
         catchup=catchup,
         window=dt.timedelta(seconds=window_s or 0),
-        grace=dt.timedelta(seconds=schedule_settings().late_grace_seconds),
+        grace=grace,
         fire_at=fire_at,
         run_at=run_at,
         now=now,

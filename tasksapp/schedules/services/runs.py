@@ -17,7 +17,7 @@ from tasksapp.schedules.settings import schedule_settings
 from .late import NOT_FIRES, database_now, late_check_applies, late_run_decided
 
 NOT_RUN = (RunOutcome.SKIPPED_OVERLAP, RunOutcome.SKIPPED_MISSED, RunOutcome.CANCELLED)
-CHUNK = 200  # earlier runs read at a time
+FIRST_CHUNK, CHUNK = 4, 200  # earlier runs read at a time: usually the first finished
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ def previous_run(*, schedule_id: int, fire_at: dt.datetime) -> tuple[int | None,
     runs = ScheduleRun.objects.filter(schedule_id=schedule_id).order_by("-fire_at")
     later = runs.filter(fire_at__gte=fire_at, run_at__isnull=False).exclude(outcome__in=NOT_FIRES)
     due = later.order_by("run_at").values_list("run_at", "fire_at").first()  # earliest due
-    before = fire_at
-    while chunk := list(runs.filter(fire_at__lt=before)[:CHUNK]):
+    before, size = fire_at, FIRST_CHUNK
+    while chunk := list(runs.filter(fire_at__lt=before)[:size]):
         ids = [run.job_id for run in chunk if run.job_id is not None]
         jobs = {job.id: job for job in Job.objects.filter(id__in=ids)}
         for run in chunk:
@@ -71,7 +71,7 @@ def previous_run(*, schedule_id: int, fire_at: dt.datetime) -> tuple[int | None,
                     return run.job_id, job.state
             if run.outcome not in NOT_FIRES and run.run_at is not None:
                 due = min(due, (run.run_at, run.fire_at)) if due else (run.run_at, run.fire_at)
-        before = chunk[-1].fire_at
+        before, size = chunk[-1].fire_at, CHUNK
     return None, None
 
 
