@@ -101,8 +101,8 @@ ERR_NO_FILTER = (
     " every job at once is not offered."
 )
 ERR_NOT_BULK_FILTER = (
-    "The {names} filter cannot choose the jobs of a bulk action (only state, handler, queue,"
-    " priority and run time can): tick the rows instead, or remove it."
+    "These filters cannot choose the jobs of a bulk action: {names} (only state, handler,"
+    " queue, priority and run time can); tick the rows instead, or clear them."
 )
 ERR_NONE_TICKED = "Tick at least one job in the list first."
 
