@@ -121,6 +121,17 @@ def test_all_runs_the_late_runs_within_the_window(effects, delivery, order):
         assert "older than the catch-up window (180 s)" in job(run).result["why"]
 
 
+def test_the_schedules_page_shows_how_late_each_run_was_and_why_it_was_skipped(
+    effects, viewer_client
+):
+    schedule, late, _ = planned_before_outage("shown", delivery="transactional", catchup="one")
+    claim_and_start(late, "oldest_first")
+    html = viewer_client.get(f"/schedules/{schedule.id}/").content.decode()
+    runs = html.split('id="last-runs"')[1].split("</table>")[0]
+    assert runs.count(">skipped missed<") == 4 and runs.count(">caught up<") == 1
+    assert runs.count(" s late</span>") == 5 and "catch-up &#x27;one&#x27; runs the latest" in runs
+
+
 @pytest.mark.parametrize("delivery", DELIVERIES)
 def test_one_with_overlap_skip_runs_the_latest_whatever_waits_before_it(effects, delivery):
     """Started as one message, newest first: when the latest runs, the earlier late runs

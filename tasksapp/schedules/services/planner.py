@@ -11,6 +11,8 @@ Fire times found already past (`late_grace_seconds` and more) were missed — th
 did not run — and the schedule's catch-up policy decides: `skip` runs none, `one` runs
 the latest within `catchup_window` now, `all` runs each within the window now. Fire
 times older than the window are skipped, recorded as one row at the first of them.
+Fire times planned in time whose jobs start late (the dispatchers or workers were down)
+follow the same policy when they start (late.py, through the guard handler).
 """
 
 from __future__ import annotations
