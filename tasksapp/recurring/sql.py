@@ -79,11 +79,11 @@ GROUP BY 1
 # Bulk fill for demos and benchmarks: members `start` .. `stop - 1`, ordinals equal to
 # their number and golden-ratio phases (the same 64-bit fixed point as golden_phase).
 INSERT_GOLDEN_MEMBERS = f"""
-INSERT INTO {MEMBER_TABLE} (external_id, ordinal, phase, active)
+INSERT INTO {MEMBER_TABLE} (external_id, ordinal, phase, active, object_id)
 SELECT %(prefix)s::text || n, n,
        div(mod(n::numeric * 11400714819323198485, 18446744073709551616), 2048)::float8
            / 9007199254740992::float8,
-       true
+       true, ''
 FROM generate_series(%(start)s::bigint, %(stop)s::bigint - 1) AS n
 """
 

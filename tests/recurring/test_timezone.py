@@ -478,3 +478,21 @@ def test_the_plan_page_shows_the_current_slice_of_a_25_hour_day(planning):
     assert view.period_end - view.period_start == 25 * HOUR
     assert view.current_slice == 2  # 02:xx CET, the second time: slice 02:00-03:00
     assert view.slices[2].ends_at - view.slices[2].starts_at == 2 * HOUR
+
+
+@pytest_db
+def test_bulk_filled_members_are_planned_by_a_zoned_task(planning):
+    """The demos' and benchmarks' bulk fill (sql.INSERT_GOLDEN_MEMBERS) gives members a
+    zoned task plans like any other."""
+    from django.db import connection
+
+    from tasksapp.recurring import sql
+
+    with connection.cursor() as cursor:
+        cursor.execute(sql.INSERT_GOLDEN_MEMBERS, {"prefix": "bulk-", "start": 0, "stop": 240})
+    task = zoned_task(BERLIN, dt.date(2026, 3, 29), slices=1)
+    with time_machine.travel(task.epoch - HOUR, tick=False):
+        plan_due_slices(now=task.epoch - HOUR)
+    assert (
+        Job.objects.filter(payload__recurring_task_id=task.id, payload__occurrence=0).count() == 240
+    )
