@@ -18,6 +18,6 @@ def test_cost_and_partitions_are_in_a_collapsed_section_below_the_workers(viewer
 
 def test_the_failure_numbers_say_what_they_count(viewer_client, activity):
     html = viewer_client.get("/").content.decode()
-    assert "<td>failed attempts</td>" in html and "failed attempts</th>" in html
-    assert "the same count as the workers' <em>failed attempts</em>, added up" in html
+    assert "<td>failed attempts<div" in html and "failed attempts</th>" in html
+    assert "the same count as its <em>failed attempts</em>, added up" in html
     assert "jobs whose latest attempt failed" not in html  # jobs by state: the tiles
