@@ -110,6 +110,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "tasksapp",
+    "tasksapp.contrib.redis_index",  # TEMPO_DISPATCH_MODE=redis: the Redis due index
     "csp",
     "axes",
 ]

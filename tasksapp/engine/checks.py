@@ -119,14 +119,17 @@ def check_configuration(app_configs=None, **kwargs) -> list:
     from django.core.exceptions import ImproperlyConfigured
     from django.utils.module_loading import import_string
 
+    from tasksapp.engine.dispatcher.sources.base import due_source_factory
     from tasksapp.engine.settings import TempoSettings, configured
     from tasksapp.engine.worker.celery_app import broker_url, tempo_app
 
     found: list = []
     try:
-        TempoSettings.load()
+        mode = TempoSettings.load().dispatch_mode
         configured("TEMPO_PLANNING")
         configured("TEMPO_RETENTION")
+        if mode != "database":
+            due_source_factory(mode)  # its app installed
     except (ImproperlyConfigured, ValueError, TypeError) as exc:
         found.append(Error(E_SETTINGS.format(error=exc), id="tempo.E010"))
     for alias, params in (getattr(settings, "TASKS", None) or {}).items():

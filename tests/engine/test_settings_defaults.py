@@ -52,6 +52,22 @@ def test_an_unknown_key_is_an_error_naming_it(settings):
     assert [m.id for m in checks.check_configuration()] == ["tempo.E010"]
 
 
+def test_the_redis_mode_without_its_app_is_an_error_naming_the_app(settings, monkeypatch):
+    """The Redis due index is an optional app: the engine knows only what registered."""
+    from tasksapp.engine.dispatcher.sources import base
+
+    settings.TEMPO = {"DISPATCH_MODE": "redis"}
+    assert "redis" in base.DUE_SOURCES  # the standalone deployment installs the app
+    assert checks.check_configuration() == []
+    monkeypatch.setattr(base, "DUE_SOURCES", {})
+    (found,) = checks.check_configuration()
+    assert found.id == "tempo.E010" and "'tasksapp.contrib.redis_index' in INSTALLED_APPS" in (
+        found.msg
+    )
+    with pytest.raises(ImproperlyConfigured, match="tasksapp.contrib.redis_index"):
+        base.due_source_factory("redis")
+
+
 def test_planning_and_retention_have_defaults_too(settings):
     del settings.TEMPO_PLANNING
     del settings.TEMPO_RETENTION

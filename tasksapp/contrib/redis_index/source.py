@@ -1,4 +1,4 @@
-"""The Redis due index as due source: the dispatcher's side of `redis_index.py`.
+"""The Redis due index as due source: the dispatcher's side of `index.py`.
 
 Each owned partition is one shard and is either *indexed* (its due jobs come from
 Redis) or served by an inner database source (poll + timing wheel) while its shard is
@@ -29,8 +29,8 @@ import logging
 
 import redis
 
+from tasksapp.contrib.redis_index.index import MAX_TAKE, RedisIndex, Taken
 from tasksapp.engine import sql
-from tasksapp.engine.dispatcher.redis_index import MAX_TAKE, RedisIndex, Taken
 from tasksapp.engine.dispatcher.routing import Route, default_route
 from tasksapp.engine.dispatcher.sources.base import MODE_UNREACHABLE, DispatchContext
 from tasksapp.engine.dispatcher.sources.database import DatabaseSource

@@ -38,6 +38,7 @@ from tasksapp.engine.dispatcher.sources.base import (
     ClaimOutcome,
     DispatchContext,
     DueSource,
+    due_source_factory,
 )
 from tasksapp.engine.dispatcher.sources.database import DatabaseSource
 from tasksapp.engine.dispatcher.upkeep import Upkeep
@@ -142,9 +143,7 @@ class DispatcherLoop:
         )
         if self.settings.dispatch_mode == "database":
             return DatabaseSource(context, poll_seconds=self._poll_seconds())
-        from tasksapp.engine.dispatcher.sources.redis import RedisIndexSource
-
-        return RedisIndexSource(context)
+        return due_source_factory(self.settings.dispatch_mode)(context)
 
     def _poll_seconds(self) -> float:
         """How often the database source polls: rarely with notifications, else often

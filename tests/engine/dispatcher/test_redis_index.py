@@ -10,8 +10,8 @@ import pytest
 import redis
 from django.utils import timezone
 
+from tasksapp.contrib.redis_index.index import GENERATION, RedisIndex
 from tasksapp.engine.dispatcher.loop import DispatcherLoop
-from tasksapp.engine.dispatcher.redis_index import GENERATION, RedisIndex
 from tasksapp.engine.models import Dispatcher, Job
 from tasksapp.engine.services import job_cancel, job_schedule
 from tests.conftest import RecordingPublisher

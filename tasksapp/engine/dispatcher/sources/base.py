@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from django.core.exceptions import ImproperlyConfigured
+
 from tasksapp.engine.dispatcher.routing import Route, RoutingRules
 from tasksapp.engine.settings import TempoSettings
 
@@ -96,3 +98,25 @@ class DueSource(Protocol):
     def next_deadline(self) -> float:
         """When (database clock, ms) the source next has work: the loop waits until then
         at the latest."""
+
+
+# Due sources besides the database's, by the dispatch mode that selects them: registered
+# by the optional apps that provide them (tasksapp.contrib.redis_index), never imported
+# by the engine.
+DUE_SOURCES: dict[str, Callable[[DispatchContext], DueSource]] = {}
+PROVIDERS = {"redis": "tasksapp.contrib.redis_index"}  # the app to install for a mode
+ERR_NO_SOURCE = (
+    'TEMPO["DISPATCH_MODE"] = {mode!r} needs {app!r} in INSTALLED_APPS (it provides that '
+    "due source)"
+)
+
+
+def register_due_source(mode: str, factory: Callable[[DispatchContext], DueSource]) -> None:
+    DUE_SOURCES[mode] = factory
+
+
+def due_source_factory(mode: str) -> Callable[[DispatchContext], DueSource]:
+    """The registered source of a dispatch mode, or an error naming the app to install."""
+    if mode not in DUE_SOURCES:
+        raise ImproperlyConfigured(ERR_NO_SOURCE.format(mode=mode, app=PROVIDERS.get(mode, "?")))
+    return DUE_SOURCES[mode]
