@@ -92,6 +92,11 @@ def test_operator_cancels_two_ticked_rows(browser, live_server, operator, shots)
     _, waiting = _jobs()
     login(browser, live_server, "otto")
     browser.get(f"{live_server.url}/jobs/?state=scheduled")
+    boxes = browser.find_elements(By.CSS_SELECTOR, "#jobs input[name=ids]")
+    browser.find_element(By.ID, "tick-all").click()  # the header's box ticks the page
+    assert all(box.is_selected() for box in boxes) and len(boxes) == 4
+    browser.find_element(By.ID, "tick-all").click()
+    assert not any(box.is_selected() for box in boxes)
     for job_id in waiting[:2]:
         browser.find_element(By.CSS_SELECTOR, f'#jobs input[name=ids][value="{job_id}"]').click()
     browser.find_element(By.ID, "bulk-selected-cancel").click()
