@@ -119,6 +119,22 @@ def _no_member_objects(ctx: JobContext) -> Any:
 # Set by tasksapp.recurring (which the engine does not import) when it is loaded.
 member_object_loader: Callable[[JobContext], Any] = _no_member_objects
 
+# Checks the worker runs just before each handler, registered by features the engine does
+# not import (a recurring job whose member left its audience). One that raises
+# JobCancelled(reason) ends the job cancelled with that reason, its handler never called.
+# Each returns at once for jobs that are not its own, deciding from the context alone.
+_before_handler: list[Callable[[JobContext], None]] = []
+
+
+def register_before_handler(check: Callable[[JobContext], None]) -> None:
+    if check not in _before_handler:
+        _before_handler.append(check)
+
+
+def run_before_handler_checks(ctx: JobContext) -> None:
+    for check in _before_handler:
+        check(ctx)
+
 
 Handler = Callable[[JobContext], Any]
 

@@ -291,9 +291,12 @@ def job_renew(*, leases: Sequence[tuple[int, int]], ttl: float) -> Renewed:
     return job_store().renew(leases=leases, ttl=ttl)
 
 
-def job_cancel_running(*, job_id: int, token: int, began_ms: float | None = None) -> bool:
-    """running → cancelled: the handler stopped at a cancel request, or never began."""
-    return job_store().cancel_running(job_id=job_id, token=token, began_ms=began_ms)
+def job_cancel_running(
+    *, job_id: int, token: int, began_ms: float | None = None, reason: str | None = None
+) -> bool:
+    """running → cancelled: the handler stopped at a cancel request, or never began (a
+    check before it cancelled it); `reason`, when given, joins the job's history."""
+    return job_store().cancel_running(job_id=job_id, token=token, began_ms=began_ms, reason=reason)
 
 
 def job_snooze(*, job_id: int, token: int, delay: float) -> bool:

@@ -25,6 +25,7 @@ def _install() -> None:
 
     signals.connect()
     handlers.member_object_loader = member_objects.member_object
+    handlers.register_before_handler(member_objects.member_still_in_audience)
 
 
 _install()

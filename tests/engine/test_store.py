@@ -202,6 +202,21 @@ def test_a_cancel_of_a_running_job_is_fenced(store):
     assert store.cancel_running(job_id=job.id, token=started.token, began_ms=None)
     job.refresh_from_db()
     assert (job.state, job.attempts, job.lease_expires_at) == (JobState.CANCELLED, 1, None)
+    assert job.history is None  # no reason given: nothing added
+
+
+def test_a_cancel_with_a_reason_keeps_it_in_the_history(store):
+    job = JobFactory(history=[{"event": "snoozed", "at": "2026-01-01T00:00:00+00:00"}])
+    started = running(store, job)
+    assert store.cancel_running(
+        job_id=job.id, token=started.token, began_ms=None, reason="member left"
+    )
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED
+    assert [(e["event"], e.get("reason")) for e in job.history] == [
+        ("snoozed", None),
+        ("cancelled", "member left"),
+    ]
 
 
 def test_a_snooze_is_fenced_gives_back_the_attempt_and_is_recorded(store):

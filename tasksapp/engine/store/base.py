@@ -161,8 +161,11 @@ class JobStore(Protocol):
         operator asked to cancel."""
         ...
 
-    def cancel_running(self, *, job_id: int, token: int, began_ms: float | None) -> bool:
-        """running → cancelled, if the job still holds its token."""
+    def cancel_running(
+        self, *, job_id: int, token: int, began_ms: float | None, reason: str | None = None
+    ) -> bool:
+        """running → cancelled, if the job still holds its token; a `reason` is appended
+        to its history as a `cancelled` event."""
         ...
 
     def snooze(self, *, job_id: int, token: int, delay: float) -> bool:

@@ -283,8 +283,10 @@ class PostgresJobStore(InsertsBySource, OperatorTransitions):
             rows = cursor.fetchall()
         return Renewed(len(rows), frozenset(job_id for job_id, cancel in rows if cancel))
 
-    def cancel_running(self, *, job_id: int, token: int, began_ms: float | None) -> bool:
-        params = {"id": job_id, "token": token, "began_ms": began_ms}
+    def cancel_running(
+        self, *, job_id: int, token: int, began_ms: float | None, reason: str | None = None
+    ) -> bool:
+        params = {"id": job_id, "token": token, "began_ms": began_ms, "reason": reason}
         with _cursor() as cursor:
             cursor.execute(sql.CANCEL_RUNNING, params)
             return cursor.fetchone() is not None

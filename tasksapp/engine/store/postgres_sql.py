@@ -365,12 +365,17 @@ RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested
 """
 
 # A running job whose handler stopped at an operator's cancel request (or never began
-# because of one) ends cancelled; a transactional handler's effects rolled back first.
+# because of one, or of a check before it) ends cancelled, the reason in its history; a
+# transactional handler's effects rolled back first.
 CANCEL_RUNNING = f"""
 UPDATE {JOB_TABLE} j
 SET state = {CANCELLED}, finished_at = clock_timestamp(), claimed_by = '',
     started_at = coalesce(to_timestamp(%(began_ms)s::float8 / 1000), started_at),
-    attempts = {ATTEMPT}, lease_expires_at = NULL
+    attempts = {ATTEMPT}, lease_expires_at = NULL,
+    history = CASE WHEN %(reason)s::text IS NULL THEN j.history
+                   ELSE coalesce(j.history, '[]'::jsonb) || jsonb_build_array(
+                       jsonb_build_object('event', 'cancelled', 'at', clock_timestamp(),
+                                          'reason', %(reason)s::text)) END
 WHERE id = %(id)s AND lease_token = %(token)s AND state IN {HELD}
 RETURNING id
 """

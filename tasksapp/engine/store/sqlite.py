@@ -395,13 +395,20 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
             running.update(lease_expires_at=until)
         return Renewed(len(rows), frozenset(i for i, asked in rows if asked is not None))
 
-    def cancel_running(self, *, job_id: int, token: int, began_ms: float | None) -> bool:
+    def cancel_running(
+        self, *, job_id: int, token: int, began_ms: float | None, reason: str | None = None
+    ) -> bool:
         began = {} if began_ms is None else {"started_at": from_ms(began_ms)}
         running = Job.objects.filter(id=job_id, lease_token=token, state=JobState.RUNNING)
+        now = timezone.now()
+        if reason is not None:
+            history = running.values_list("history", flat=True).first() or []
+            entry = {"event": "cancelled", "at": now.isoformat(), "reason": reason}
+            began["history"] = [*history, entry]
         return bool(
             running.update(
                 state=JobState.CANCELLED,
-                finished_at=timezone.now(),
+                finished_at=now,
                 claimed_by="",
                 lease_expires_at=None,
                 **began,

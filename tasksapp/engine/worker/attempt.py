@@ -11,7 +11,12 @@ from typing import Any
 
 from django.db import transaction
 
-from tasksapp.engine.handlers import JobCancelled, JobContext, resolve_handler
+from tasksapp.engine.handlers import (
+    JobCancelled,
+    JobContext,
+    resolve_handler,
+    run_before_handler_checks,
+)
 from tasksapp.engine.jsonvalues import JsonValueError, checked_json
 from tasksapp.engine.models import Delivery
 from tasksapp.engine.settings import tempo_settings
@@ -87,8 +92,10 @@ def call(
 ) -> Any:
     keeper.began(job.id, began_ms)
     began = time.monotonic()
+    ctx = context(job, keeper.cancel_event(job.id))
     try:
-        result = handler(context(job, keeper.cancel_event(job.id)))
+        run_before_handler_checks(ctx)
+        result = handler(ctx)
     finally:
         keeper.returned(job.id, uncommitted=uncommitted)
     elapsed = time.monotonic() - began

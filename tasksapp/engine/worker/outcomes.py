@@ -105,7 +105,8 @@ def settle(job: StartedJob, exc: BaseException, began_ms: float | None) -> RunOu
         log.warning("job %s: lease lost while running; its outcome is discarded", job.id)
         return RunOutcome.FAILED
     if isinstance(exc, JobCancelled):
-        record_stop(job_cancel_running, job_id=job.id, token=job.token, began_ms=began_ms)
+        fenced = {"job_id": job.id, "token": job.token, "began_ms": began_ms}
+        record_stop(job_cancel_running, **fenced, reason=safe_text(str(exc), max_chars=500))
         return RunOutcome.STOPPED
     if isinstance(exc, Snooze):
         record_stop(job_snooze, job_id=job.id, token=job.token, delay=exc.seconds)
