@@ -40,8 +40,8 @@ from pathlib import Path
 import psycopg
 
 from bench.common import ROOT, machine, table, write_json
-from bench.cpu import SERVERS, cpu_by_part, cpu_spent
 from bench.tasks_backends.counting import exactly_once, kill_points, ratio, start_lags_ms
+from bench.tasks_backends.meter import Meter
 from bench.tasks_backends.sides import SETTINGS, DatabaseSide, Side, TempoSide
 from tests.processes.support import PrivatePostgres, PrivateRedis
 
@@ -92,18 +92,13 @@ def commits() -> int:
         return cursor.fetchone()[0]
 
 
-def own_cpu(side: Side, before: Counter) -> float:
-    spent = cpu_spent(before, cpu_by_part(side))
-    return sum(v for part, v in spent.items() if part not in SERVERS.values())
-
-
-def burst(side: Side, args) -> dict:
+def burst(side: Side, args, meter: Meter) -> dict:
     from django.db import transaction
 
     from bench.tasks_backends.tasks import noop
 
     label, n = f"{side.name}:burst", args.tasks
-    cpu, xacts = cpu_by_part(side), commits()
+    cpu, xacts = meter.read(side), commits()
     started = time.time()
     with transaction.atomic():
         side.enqueue(noop, label, range(n))
@@ -111,13 +106,14 @@ def burst(side: Side, args) -> dict:
     wait_finished(side, label, n=n, stall=args.stall)
     rows = side.rows(label)
     last = max(row[4] for row in rows if row[4] is not None)
-    cpu_s = own_cpu(side, cpu)
+    cpu = Meter.spent(cpu, meter.read(side))
     time.sleep(1)  # the servers' statistics of the last transactions
     return {
         "burst_enqueue_per_s": round(n / (committed - started)),
         "burst_tasks_per_s": round(n / (float(last) - committed)),
         "burst_successful": sum(1 for row in rows if row[1] == "SUCCESSFUL"),
-        "burst_cpu_ms_per_task": round(cpu_s * 1000 / n, 2),
+        **{f"burst_cpu_{part}_ms": round(s * 1000 / n, 2) for part, s in cpu.items()},
+        "burst_cpu_ms": round(sum(cpu.values()) * 1000 / n, 2),
         "burst_commits_per_task": round((commits() - xacts) / n, 2),
     }
 
@@ -164,6 +160,7 @@ def burst_kill(side: Side, args, kills: int) -> dict:
         )
         effects = Counter(dict(cursor.fetchall()))
     counted = exactly_once(range(n), statuses, effects)
+    counted["cut_runs"] = side.cut_runs(label)
     left = counted.pop("left")
     return {
         **{f"kill{kills}_{k}": v for k, v in counted.items() if k != "tasks"},
@@ -184,11 +181,11 @@ def warm_up(side: Side, args) -> None:
         raise RuntimeError(f"{side.name} never ran its warm-up tasks; logs in {side.logs}")
 
 
-def run_side(side: Side, args, variants: list[int]) -> dict:
+def run_side(side: Side, args, variants: list[int], meter: Meter) -> dict:
     side.start()
     try:
         warm_up(side, args)
-        result = {"backend": side.label, **burst(side, args), **spread(side, args)}
+        result = {"backend": side.label, **burst(side, args, meter), **spread(side, args)}
         for kills in variants:
             result.update(burst_kill(side, args, kills))
         return result
@@ -200,7 +197,10 @@ FIGURES = [
     ("burst", "enqueue (tasks/s, one transaction)", "burst_enqueue_per_s"),
     ("burst", "throughput (tasks/s)", "burst_tasks_per_s"),
     ("burst", "SUCCESSFUL", "burst_successful"),
-    ("burst", "workers' CPU (ms/task)", "burst_cpu_ms_per_task"),
+    ("burst", "CPU of the backend's processes (ms/task)", "burst_cpu_processes_ms"),
+    ("burst", "CPU of PostgreSQL (ms/task)", "burst_cpu_postgres_ms"),
+    ("burst", "CPU of Redis (ms/task)", "burst_cpu_redis_ms"),
+    ("burst", "CPU in all (ms/task)", "burst_cpu_ms"),
     ("burst", "database commits/task", "burst_commits_per_task"),
     ("spread", "start lag p50 (ms)", "spread_lag_p50_ms"),
     ("spread", "start lag p99 (ms)", "spread_lag_p99_ms"),
@@ -212,8 +212,12 @@ KILL_FIGURES = [
     ("lost (not SUCCESSFUL)", "lost"),
     ("rows missing", "rows_missing"),
     ("doubled (row written twice)", "doubled"),
-    ("seconds to the end", "seconds"),
+    ("runs cut by the kills (Tempo: run again)", "cut_runs"),
+    ("seconds from the enqueue to the end", "seconds"),
 ]
+
+# Counts of tasks: side by side without a ratio.
+COUNTS = ("successful", "early", "not_started", "lost", "rows_missing", "doubled", "cut_runs")
 
 
 def side_by_side(results: dict[str, dict], args, variants: list[int]) -> list[dict]:
@@ -227,7 +231,7 @@ def side_by_side(results: dict[str, dict], args, variants: list[int]) -> list[di
     rows = []
     for workload, what, key in figures:
         a, b = tempo.get(key, ""), db.get(key, "")
-        numeric = all(isinstance(v, int | float) for v in (a, b))
+        numeric = all(isinstance(v, int | float) for v in (a, b)) and not key.endswith(COUNTS)
         rows.append(
             {
                 "workload": workload,
@@ -261,6 +265,10 @@ def main() -> None:
         }
         os.environ.update(env)
         setup_django()
+        meter = Meter(
+            postmaster_pid=int((pg.dir / "postmaster.pid").read_text().split()[0]),
+            redis_pid=rds.process.pid,
+        )
         sides = {
             "tempo": TempoSide(env=env, logs=logs, slots=args.slots),
             "django-tasks-db": DatabaseSide(
@@ -269,7 +277,7 @@ def main() -> None:
         }
         for name in args.only.split(","):
             print(f"running {sides[name].label}", file=sys.stderr)
-            results[name] = run_side(sides[name], args, variants)
+            results[name] = run_side(sides[name], args, variants, meter)
     finally:
         from django.db import connections
 

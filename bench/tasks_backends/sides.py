@@ -16,6 +16,7 @@ from pathlib import Path
 from bench.common import ROOT
 
 SETTINGS = "bench.tasks_backends.settings"
+TABLE = "django_tasks_database_dbtaskresult"  # DBTaskResult's (app label django_tasks_database)
 
 
 class Side:
@@ -99,6 +100,17 @@ class Side:
         """Whether nothing will ever run again of `label` (only django-tasks-db knows)."""
         return False
 
+    def cut_runs(self, label: str) -> int:
+        """Runs of `label` a kill cut short."""
+        raise NotImplementedError
+
+    def _one(self, sql: str, params: list) -> int:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone()[0]
+
 
 class TempoSide(Side):
     """A dispatcher (`manage.py tempo_dispatcher`) and a worker (`manage.py tempo_worker`,
@@ -137,6 +149,14 @@ class TempoSide(Side):
             ],
         )
 
+    def cut_runs(self, label: str) -> int:
+        """The `lost_run` entries of the jobs: each a run lost with its worker, run again."""
+        return self._one(
+            "SELECT count(*) FROM tasksapp_job, jsonb_array_elements(errors) AS e"
+            " WHERE payload->'args'->>0 = %s AND e->>'kind' = 'lost_run'",
+            [label],
+        )
+
     def rows(self, label: str) -> list[tuple]:
         from tasksapp.backends.results import STATUSES
 
@@ -148,10 +168,10 @@ class DatabaseSide(Side):
     default polling interval (1 s) unless `interval` says otherwise."""
 
     name, alias = "django-tasks-db", "db"
-    SELECT = """
+    SELECT = f"""
     SELECT (args_kwargs->'args'->>1)::int, status, extract(epoch FROM run_after),
         extract(epoch FROM started_at), extract(epoch FROM finished_at)
-    FROM django_tasks_database_dbtaskresult WHERE args_kwargs->'args'->>0 = %s
+    FROM {TABLE} WHERE args_kwargs->'args'->>0 = %s
     """
 
     def __init__(self, *, interval: float = 1.0, **kwargs) -> None:
@@ -180,6 +200,14 @@ class DatabaseSide(Side):
                 ],
             )
 
+    def cut_runs(self, label: str) -> int:
+        """Tasks claimed last by a worker since killed and not finished: RUNNING for good."""
+        return self._one(
+            f"SELECT count(*) FROM {TABLE} WHERE args_kwargs->'args'->>0 = %s"
+            " AND status = 'RUNNING' AND worker_ids->>-1 = ANY(%s)",
+            [label, sorted(self.killed)],
+        )
+
     def stuck(self, label: str) -> bool:
         """Nothing READY, and each RUNNING task claimed last by a worker since killed:
         django-tasks-db has nothing that runs such a task again."""
@@ -187,7 +215,7 @@ class DatabaseSide(Side):
 
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT status, worker_ids->>-1 FROM django_tasks_database_dbtaskresult"
+                f"SELECT status, worker_ids->>-1 FROM {TABLE}"
                 " WHERE args_kwargs->'args'->>0 = %s AND status IN ('READY', 'RUNNING')",
                 [label],
             )
