@@ -13,8 +13,9 @@ are bench/tasks_backends/tasks.py (`noop`, and `write`, which inserts a row). Ea
 runs `--slots` tasks at once: Tempo a dispatcher and a worker of a prefork pool of that
 many processes; django-tasks-db that many `db_worker` processes (one task at a time each).
 
-- burst: `--tasks` noop tasks enqueued in one transaction; tasks/s from its commit to the
-  last finished_at, the workers' CPU, database commits a task.
+- burst: `--tasks` noop tasks enqueued in one transaction; the enqueue's rate; tasks/s
+  from its commit to the last finished_at; CPU a task of the backend's processes, of the
+  private PostgreSQL (the enqueue's inserts included) and Redis; database commits a task.
 - spread: `--rate` noop tasks a second for `--seconds`, each with its `run_after`; start
   lag (started_at − run_after, from each backend's rows) p50/p99/max, early starts.
 - kill: `--tasks` write tasks enqueued at once, every worker process SIGKILLed (whole
