@@ -496,3 +496,13 @@ def test_bulk_filled_members_are_planned_by_a_zoned_task(planning):
     assert (
         Job.objects.filter(payload__recurring_task_id=task.id, payload__occurrence=0).count() == 240
     )
+
+
+@pytest_db
+def test_a_new_epoch_of_a_zoned_task_moves_to_its_local_midnight(planning):
+    task = zoned_task(NEW_YORK, dt.date(2026, 3, 1))
+    recurring_task_update(task=task, epoch=utc(2026, 3, 9, 3))  # 8 March, 23:00 EDT
+    task.refresh_from_db()
+    assert task.epoch == utc(2026, 3, 8, 5)  # 8 March 00:00 EST: that day lasts 23 hours
+    same_day = recurring_task_update(task=task, epoch=utc(2026, 3, 8, 20))
+    assert same_day.epoch == task.epoch
