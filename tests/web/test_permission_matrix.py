@@ -164,6 +164,24 @@ MATRIX: list[Row] = [
             ("graph_job", "cancel-graph"),
         ]
     ],
+    # Bulk actions from the job list: the confirmation (counts, changes nothing), the act.
+    Row(
+        "dashboard:job-bulk",
+        "GET",
+        "operate",
+        CONFIRM_PAGE,
+        {"action": "retry"},
+        body={"scope": "filter", "state": "dead"},
+    ),
+    Row(
+        "dashboard:job-bulk",
+        "POST",
+        "operate",
+        PAGE_ACTION,
+        {"action": "retry"},
+        body={"scope": "selected", "ids": ["@dead_job"]},
+        action="job-bulk",
+    ),
     Row("dashboard:graph-list", "GET", "view", PAGE),
     Row("dashboard:queues", "GET", "view", PAGE),
     Row(
