@@ -4,6 +4,7 @@ same workloads, the same kills, one private PostgreSQL and Redis.
 
     python -m bench.tasks_backends [--tasks 1000] [--rate 50] [--seconds 20]
                                    [--variants 1,5] [--slots 2] [--db-interval 1]
+                                   [--task-ms 0]
 
 django-tasks-db is not a dependency of the service; install it first with
     .venv/bin/python -m pip install --require-hashes --no-deps -r requirements-peers.lock
@@ -18,12 +19,13 @@ many processes; django-tasks-db that many `db_worker` processes (one task at a t
   private PostgreSQL (the enqueue's inserts included) and Redis; database commits a task.
 - spread: `--rate` noop tasks a second for `--seconds`, each with its `run_after`; start
   lag (started_at − run_after, from each backend's rows) p50/p99/max, early starts.
-- kill: `--tasks` write tasks enqueued at once, every worker process SIGKILLed (whole
-  session) at evenly spaced points of the burst (once, and `--variants` times), a fresh
-  worker started at once; then tasks not SUCCESSFUL (lost), rows missing, rows written
-  twice (doubled). A run ends when every task finished, or, for django-tasks-db, when
-  nothing is READY and each RUNNING task was claimed by a killed worker (nothing runs it
-  again), or after `--stall` seconds without progress.
+- kill: `--tasks` write tasks (each working `--task-ms` after its insert) enqueued at
+  once, every worker process SIGKILLed (whole session) at evenly spaced points of the
+  burst (once, and `--variants` times), a fresh worker started at once; then tasks not
+  SUCCESSFUL (lost), rows missing, rows written twice (doubled), runs the kills cut
+  short. A run ends when every task finished, or, for django-tasks-db, when nothing is
+  READY and each RUNNING task was claimed by a killed worker (nothing runs it again), or
+  after `--stall` seconds without progress.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--slots", type=int, default=2, help="tasks at once per backend")
     parser.add_argument("--db-interval", type=float, default=1.0, help="db_worker --interval")
     parser.add_argument("--lead", type=float, default=5, help="spread: first run_after, s")
+    parser.add_argument("--task-ms", type=float, default=0, help="kill: each task's work")
     parser.add_argument("--stall", type=float, default=60, help="s without progress: stop")
     parser.add_argument("--only", default="tempo,django-tasks-db", help="backends to run")
     return parser.parse_args()
@@ -146,7 +149,7 @@ def burst_kill(side: Side, args, kills: int) -> dict:
     label, n = f"{side.name}:kill{kills}", args.tasks
     started = time.monotonic()
     with transaction.atomic():
-        side.enqueue(write, label, range(n))
+        side.enqueue(write, label, range(n), ms=args.task_ms)
     at_kill = []  # tasks finished at each kill: the kill fell inside the burst if < n
     for point in kill_points(n, kills):
         at_kill.append(wait_finished(side, label, n=n, stall=args.stall, at_least=point))
@@ -291,7 +294,7 @@ def main() -> None:
     print(f"load average before: {load}, after: {after}")
     print(
         f"{args.tasks:,} tasks a burst; spread {args.rate:g}/s for {args.seconds:g} s; "
-        f"{args.slots} tasks at once each:"
+        f"burst-kill tasks work {args.task_ms:g} ms; {args.slots} tasks at once each:"
     )
     for result in results.values():
         print(f"  {result['backend']}")

@@ -79,12 +79,12 @@ class Side:
         return all(p.poll() is None for p in self.processes.values())
 
     # --- tasks and rows ------------------------------------------------------------
-    def enqueue(self, task, label: str, keys, run_after: list | None = None) -> None:
-        """`task(label, key)` for each key, through this backend's Tasks API, each at its
-        `run_after` (datetimes) when given."""
+    def enqueue(self, task, label: str, keys, run_after: list | None = None, **kwargs) -> None:
+        """`task(label, key, **kwargs)` for each key, through this backend's Tasks API,
+        each at its `run_after` (datetimes) when given."""
         bound = task.using(backend=self.alias)
         for key, due in zip(keys, run_after or [None] * len(keys), strict=True):
-            (bound.using(run_after=due) if due else bound).enqueue(label, key)
+            (bound.using(run_after=due) if due else bound).enqueue(label, key, **kwargs)
 
     def rows(self, label: str) -> list[tuple]:
         from django.db import connection

@@ -1,6 +1,8 @@
 """The bench's tasks, declared once and enqueued on either backend: `noop` does nothing,
 `write` inserts one row in the database the task runs against (bench_effect), so a run
-that happened twice leaves two rows."""
+that happened twice leaves two rows, then works `ms` milliseconds (sleeps)."""
+
+import time
 
 from django.db import connection
 from django_tasks import task
@@ -22,7 +24,8 @@ def noop(label: str, key: int) -> int:
 
 
 @task
-def write(label: str, key: int) -> int:
+def write(label: str, key: int, ms: float = 0) -> int:
     with connection.cursor() as cursor:
         cursor.execute(INSERT_EFFECT, [label, key])
+    time.sleep(ms / 1000)
     return key
