@@ -2,12 +2,15 @@
 WAL bytes and time, by the kind of partial index.
 
     python -m bench.search.hotpath [--jobs 20000] [--batch 250]
-        [--variants none full not-in-flight not-in-flight-nor-scheduled]
+        [--variants none full not-in-flight not-in-flight-nor-scheduled
+                    not-in-flight-fastupdate-off]
 
 Each variant runs on a fresh database of a PostgreSQL server of the bench's own (no other
 session writes WAL there; `fsync=off`), migrated, with the three trigram indexes of
 migration 0023 replaced by the variant's: `none`; `full` (every job); `not-in-flight`
-(the migration's: claimed and running jobs left out); `not-in-flight-nor-scheduled`.
+(the migration's: claimed and running jobs left out); `not-in-flight-nor-scheduled`;
+`not-in-flight-fastupdate-off` (the migration's without GIN's pending list: every entry
+written into the index at once).
 N jobs with payloads of 300-400 characters (bench/search/data.py) are inserted due now by
 one set-based statement, then claimed, started and succeeded by the engine's own
 statements (tasksapp.engine.store.postgres_sql: CLAIM_DUE, START_CLAIMED,
@@ -33,11 +36,14 @@ from bench.search.data import KEY, PAYLOAD
 from tests.processes.support import migrate
 
 MIGRATION = importlib.import_module("tasksapp.migrations.0023_job_text_search")
+NOT_SCHEDULED = "WHERE NOT (state IN ('claimed', 'running', 'scheduled'))"
+# The variants: the indexes' storage parameters and condition (None: no index).
 WHERE = {
     "none": None,
     "full": "",
     "not-in-flight": MIGRATION.NOT_IN_FLIGHT,
-    "not-in-flight-nor-scheduled": "WHERE NOT (state IN ('claimed', 'running', 'scheduled'))",
+    "not-in-flight-nor-scheduled": NOT_SCHEDULED,
+    "not-in-flight-fastupdate-off": f"WITH (fastupdate = off) {MIGRATION.NOT_IN_FLIGHT}",
 }
 INSERT = f"""
 INSERT INTO tasksapp_job (handler, payload, run_at, state, attempts, max_attempts,
