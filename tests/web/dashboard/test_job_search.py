@@ -78,6 +78,9 @@ def test_text_wildcards_are_plain_characters():
     percent = JobFactory(last_error="disk 100% full", run_at=at(2))
     assert ids(JobFilters(text="%")) == [percent.id]
     assert ids(JobFilters(text="_")) == []
+    path = JobFactory(last_error="FileNotFoundError: C:\\temp\\out.csv", run_at=at(3))
+    assert ids(JobFilters(text="\\temp\\")) == [path.id]
+    assert ids(JobFilters(text="\\xtemp")) == []
     with pytest.raises(JobFilterError, match=ERR_TEXT):
         job_page(filters=JobFilters(text="x" * 201))
 
