@@ -113,17 +113,46 @@ def http_status(url: str) -> int:
         return 0
 
 
-@pytest.fixture
-def run(tmp_path):
-    """`manage.py runall` on a free port with its own data folder; killed if still there."""
+def start_lags(database: Path, batch: str) -> list[float]:
+    """Seconds from run_at to started_at of a demo batch's started greetings (they never
+    fail: their run_at is still the one they were started for)."""
+    with contextlib.closing(sqlite3.connect(database, timeout=5)) as db:
+        rows = db.execute(
+            "SELECT (julianday(started_at) - julianday(run_at)) * 86400 FROM tasksapp_job"
+            " WHERE idempotency_key LIKE ? AND handler LIKE '%.greet' AND started_at IS NOT NULL",
+            [f"demo:{batch}:%"],
+        ).fetchall()
+    return sorted(lag for (lag,) in rows)
+
+
+def start_runall(tmp_path: Path, *options: str) -> Run:
     port, log = free_port(), tmp_path / "runall.log"
-    command = [sys.executable, "manage.py", "runall", "--port", str(port)]
+    command = [sys.executable, "manage.py", "runall", "--port", str(port), *options]
     with log.open("wb") as out:
         proc = subprocess.Popen(
             command, cwd=BASE_DIR, env=embedded_env(tmp_path), stdout=out, stderr=out
         )
-    run = Run(proc=proc, port=port, log=log, database=tmp_path / "tempo.sqlite3")
+    return Run(proc=proc, port=port, log=log, database=tmp_path / "tempo.sqlite3")
+
+
+@pytest.fixture
+def run(tmp_path):
+    """`manage.py runall` on a free port with its own data folder; killed if still there."""
+    run = start_runall(tmp_path)
     yield run
+    stop_runall(run)
+
+
+@pytest.fixture
+def quiet_run(tmp_path):
+    """The same without the demo."""
+    run = start_runall(tmp_path, "--no-demo")
+    yield run
+    stop_runall(run)
+
+
+def stop_runall(run: Run) -> None:
+    proc = run.proc
     for pid in [*descendants(proc.pid), *run.children]:
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
@@ -171,3 +200,21 @@ def test_runall_stops_everything_when_one_child_dies(run):
     assert run.proc.wait(timeout=60) == 1
     assert [p for p in run.children if alive(p)] == []
     assert "dispatcher exited unexpectedly" in run.log.read_text()
+
+
+def test_the_embedded_worker_reads_its_next_message_as_soon_as_a_slot_frees(quiet_run):
+    """On the file-system broker Celery's own loop acknowledged a full prefetch window only
+    every 2 s: 4 messages each 2 s, jobs due 0.2 s apart fell seconds behind
+    (tasksapp/engine/worker/polling_loop.py). 40 jobs due over 5 s start near their time."""
+    wait_for(quiet_run, "the worker did not start", lambda: "ready." in quiet_run.log.read_text())
+    load = [sys.executable, "manage.py", "load_demo", "--count", "40", "--seconds", "5"]
+    env = embedded_env(quiet_run.database.parent)
+    subprocess.run([*load, "--batch", "lag"], cwd=BASE_DIR, env=env, check=True, timeout=60)
+    lags = wait_for(
+        quiet_run,
+        "the 24 greetings did not all start",
+        lambda: (found := start_lags(quiet_run.database, "lag")) and len(found) == 24 and found,
+        seconds=60,
+    )
+    assert lags[0] >= 0  # never early
+    assert lags[int(len(lags) * 0.9)] < 3.0, lags  # seconds behind, one window each 2 s, before

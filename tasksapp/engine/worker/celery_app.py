@@ -115,10 +115,12 @@ def route_to_tempo_queue(name, args, kwargs, options, task=None, **kw):
 
 
 def _install_worker_steps(app: Celery) -> None:
+    from tasksapp.engine.worker.polling_loop import PollingLoop
     from tasksapp.engine.worker.wakeup import HubWakeup, HubWakeupReader
 
     app.steps["worker"].add(HubWakeup)
     app.steps["consumer"].add(HubWakeupReader)
+    app.steps["consumer"].add(PollingLoop)
 
 
 @worker_init.connect
