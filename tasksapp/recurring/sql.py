@@ -12,6 +12,7 @@ from tasksapp.engine.sql import JOB_TABLE
 from tasksapp.engine.store.postgres_sql import CANCELLED, DUE, LEASED, SCHEDULED
 
 MEMBER_TABLE = "tasksapp_member"
+AUDIENCE_MEMBER_TABLE = "tasksapp_audiencemember"
 TASK_TABLE = "tasksapp_recurringtask"
 FREE_ORDINAL_TABLE = "tasksapp_freeordinal"
 
@@ -148,19 +149,23 @@ freed AS (
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM cancelled)
 """
 
-# Active members deactivated (phase kept), their waiting jobs cancelled:
+# Active members deactivated (phase kept; their audience-member rows follow, which is
+# what an audience task's slice reads), their waiting jobs cancelled:
 # (members deactivated, jobs cancelled).
 DEACTIVATE_MEMBERS = f"""
 WITH {_PENDING_PLANS},
 changed AS (
     UPDATE {MEMBER_TABLE} SET active = false
     WHERE id = ANY(%(ids)s::bigint[]) AND active RETURNING id, phase),
+followed AS (
+    UPDATE {AUDIENCE_MEMBER_TABLE} am SET active = false FROM changed c WHERE am.member_id = c.id),
 {_CANCEL_CHANGED}
 SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM cancelled)
 """
 
-# Inactive members activated, their cancelled jobs still ahead in the open slices
-# scheduled again as job_retry does (same run time, one more attempt allowed than used):
+# Inactive members activated (their audience-member rows follow), their cancelled jobs
+# still ahead in the open slices scheduled again as job_retry does (same run time, one
+# more attempt allowed than used):
 # (members activated, jobs restored, and the slice plans and members of the jobs still
 # ahead that are missing: slices planned while the members were away, each to be planned
 # for those members alone).
@@ -171,6 +176,8 @@ asked AS MATERIALIZED (
 changed AS (
     UPDATE {MEMBER_TABLE} SET active = true
     WHERE id = ANY(%(ids)s::bigint[]) AND NOT active RETURNING id),
+followed AS (
+    UPDATE {AUDIENCE_MEMBER_TABLE} am SET active = true FROM changed c WHERE am.member_id = c.id),
 keys AS ({_ASKED_KEYS}),
 restored AS (
     UPDATE {JOB_TABLE} j SET state = {SCHEDULED}, finished_at = NULL, claimed_by = '',
@@ -194,29 +201,31 @@ SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM restored),
 
 # --- audiences: members following the host's objects, per task ---------------------------
 # A task with an audience plans its own members (tasksapp_audiencemember), each with its
-# phase in that task: one range scan of audience_member_phase_idx per slice. Members an
-# audience brought in (content_type set) are not planned by tasks without an audience.
-AUDIENCE_MEMBER_TABLE = "tasksapp_audiencemember"
+# phase in that task and the member's active flag: one range scan of the partial index
+# audience_member_slice_idx per slice, these rows alone (no join to the members,
+# whose cost would follow the population). Members an audience brought in (content_type
+# set) are not planned by tasks without an audience.
 AUDIENCE_TEMP = "tempo_audience"
 
 MEMBER_SLICE_AUDIENCE = f"""
     SELECT am.member_id AS id,
            %(period_start)s::timestamptz
                + floor(am.phase * %(period_us)s::float8) * interval '1 microsecond' AS run_at
-    FROM {AUDIENCE_MEMBER_TABLE} am JOIN {MEMBER_TABLE} m ON m.id = am.member_id AND m.active
-    WHERE am.task_id = %(task_id)s AND am.phase >= %(phase_from)s AND am.phase < %(phase_to)s
+    FROM {AUDIENCE_MEMBER_TABLE} am
+    WHERE am.task_id = %(task_id)s AND am.active
+      AND am.phase >= %(phase_from)s AND am.phase < %(phase_to)s
       AND (%(member_ids)s::bigint[] IS NULL OR am.member_id = ANY(%(member_ids)s::bigint[]))
       AND (%(joined_at)s::timestamptz IS NULL OR am.joined_at = %(joined_at)s)"""
 MEMBER_SLICE_AUDIENCE_LOCAL = f"""
     SELECT am.member_id AS id, {_LOCAL_RUN_AT.format(phase="am.phase")} AS run_at
-    FROM {AUDIENCE_MEMBER_TABLE} am JOIN {MEMBER_TABLE} m ON m.id = am.member_id AND m.active
-    WHERE am.task_id = %(task_id)s AND am.phase >= %(phase_from)s AND am.phase < %(phase_to)s
+    FROM {AUDIENCE_MEMBER_TABLE} am
+    WHERE am.task_id = %(task_id)s AND am.active
+      AND am.phase >= %(phase_from)s AND am.phase < %(phase_to)s
       AND (%(member_ids)s::bigint[] IS NULL OR am.member_id = ANY(%(member_ids)s::bigint[]))
       AND (%(joined_at)s::timestamptz IS NULL OR am.joined_at = %(joined_at)s)"""
 AUDIENCE_MEMBERS_PER_SLICE = f"""
 SELECT least(floor(am.phase * %(slices)s)::int, %(slices)s - 1), count(*)
-FROM {AUDIENCE_MEMBER_TABLE} am JOIN {MEMBER_TABLE} m ON m.id = am.member_id AND m.active
-WHERE am.task_id = %(task_id)s GROUP BY 1
+FROM {AUDIENCE_MEMBER_TABLE} am WHERE am.task_id = %(task_id)s AND am.active GROUP BY 1
 """
 
 # The audience's keys, as text, held for one sync (the audience's own query fills it).
@@ -259,16 +268,16 @@ ON CONFLICT DO NOTHING
 
 # The audience's members that are not the task's yet join it, each with its phase in the
 # task: golden, the member's phase shifted by the task's (phases.shifted_phase); random,
-# a uniform one. Their joined_at is the pass's own clock reading, which names them
-# (MEMBER_SLICE_AUDIENCE, AUDIENCE_RESTORE).
+# a uniform one; the member's active flag with it. Their joined_at is the pass's own
+# clock reading, which names them (MEMBER_SLICE_AUDIENCE, AUDIENCE_RESTORE).
 AUDIENCE_CLOCK = "SELECT clock_timestamp()"
 AUDIENCE_JOIN = f"""
-INSERT INTO {AUDIENCE_MEMBER_TABLE} (task_id, member_id, phase, joined_at)
+INSERT INTO {AUDIENCE_MEMBER_TABLE} (task_id, member_id, phase, active, joined_at)
 SELECT %(task_id)s, m.id,
        CASE WHEN %(random)s THEN random()
             WHEN m.phase + %(shift)s::float8 >= 1 THEN m.phase + %(shift)s::float8 - 1
             ELSE m.phase + %(shift)s::float8 END,
-       %(joined_at)s
+       m.active, %(joined_at)s
 FROM {AUDIENCE_TEMP} a JOIN {MEMBER_TABLE} m
      ON m.content_type_id = %(ct)s AND m.object_id = a.object_id
 ON CONFLICT (task_id, member_id) DO NOTHING
@@ -315,13 +324,17 @@ WHERE j.idempotency_key = k.key AND (j.state = {CANCELLED} AND j.run_at >= %(now
 """
 
 # Members standing for objects of the model that no longer exist and that no task holds
-# any more: deleted, their ordinals freed for the next members.
+# any more: deleted, their ordinals freed for the next members. The object is looked up
+# by its primary key in its own type (`{pk_type}`: the member's text cast back), which
+# its index serves: compared as text, a plan made while the statistics do not know yet of
+# the members the same pass created (one, they say, not a million) probed the model's
+# whole table once per member.
 AUDIENCE_ORPHANS_DELETE = f"""
 WITH gone AS (
     DELETE FROM {MEMBER_TABLE} m
     WHERE m.content_type_id = %(ct)s
       AND (%(only)s::text[] IS NULL OR m.object_id = ANY(%(only)s::text[]))
-      AND NOT EXISTS (SELECT FROM {{table}} o WHERE o.{{pk}}::text = m.object_id)
+      AND NOT EXISTS (SELECT FROM {{table}} o WHERE o.{{pk}} = m.object_id::{{pk_type}})
       AND NOT EXISTS (SELECT FROM {AUDIENCE_MEMBER_TABLE} am WHERE am.member_id = m.id)
     RETURNING m.ordinal)
 INSERT INTO {FREE_ORDINAL_TABLE} (ordinal) SELECT ordinal FROM gone ON CONFLICT DO NOTHING

@@ -105,7 +105,7 @@ class SqliteRecurringStore:
     def members_per_slice(self, slices: int, *, task_id: int | None = None) -> dict[int, int]:
         counts: dict[int, int] = {}
         if task_id is not None:
-            rows = AudienceMember.objects.filter(task_id=task_id, member__active=True)
+            rows = AudienceMember.objects.filter(task_id=task_id, active=True)
         else:
             rows = Member.objects.filter(active=True, content_type__isnull=True)
         for phase in rows.values_list("phase", flat=True):
@@ -136,11 +136,13 @@ class SqliteRecurringStore:
     def members_deactivate(self, *, ids: Sequence[int], now: dt.datetime) -> tuple[int, int]:
         changed = list(Member.objects.filter(id__in=ids, active=True).values_list("id", "phase"))
         Member.objects.filter(id__in=[m for m, _ in changed]).update(active=False)
+        AudienceMember.objects.filter(member_id__in=[m for m, _ in changed]).update(active=False)
         return len(changed), _cancel_waiting(changed, now)
 
     def members_activate(self, *, ids: Sequence[int], now: dt.datetime) -> Activation:
         changed = list(Member.objects.filter(id__in=ids, active=False).values_list("id", "phase"))
         Member.objects.filter(id__in=[m for m, _ in changed]).update(active=True)
+        AudienceMember.objects.filter(member_id__in=[m for m, _ in changed]).update(active=True)
         open_plans = SlicePlan.objects.filter(task__active=True, ends_at__gt=now)
         keys = _job_keys(changed, open_plans)
         restored, taken = 0, set()

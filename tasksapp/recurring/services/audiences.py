@@ -119,6 +119,7 @@ def _sync(task: RecurringTask, *, only: list[str] | None, now: dt.datetime) -> A
         orphans = sql.AUDIENCE_ORPHANS_DELETE.format(
             table=connection.ops.quote_name(meta.db_table),
             pk=connection.ops.quote_name(meta.pk.column),
+            pk_type=meta.pk.rel_db_type(connection),
         )
         _execute(orphans, params)
     return AudienceSync(joined, left, planned, cancelled, restored)

@@ -171,7 +171,7 @@ def _slice_members(
     low, high = plan.phase_bounds
     if plan.task.audience:
         rows = AudienceMember.objects.filter(
-            task_id=plan.task_id, member__active=True, phase__gte=low, phase__lt=high
+            task_id=plan.task_id, active=True, phase__gte=low, phase__lt=high
         )
         if member_ids is not None:
             rows = rows.filter(member_id__in=member_ids)
