@@ -156,12 +156,14 @@ class _Savepoints:
     def release(self) -> None:
         if self.sid is not None:
             self.db.savepoint_commit(self.sid)
+        self.sid = None  # used up: the next job's failure before its arm rolls back nothing
 
     def roll_back(self) -> None:
         # Without a savepoint the handler ran no statement: the transaction is as it was.
         self._armed, self.db.needs_rollback = False, False
         if self.sid is not None:
             self.db.savepoint_rollback(self.sid)
+        self.sid = None
 
 
 def _settle_in_group(job: StartedJob, exc: BaseException, began_ms: float | None) -> RunOutcome:

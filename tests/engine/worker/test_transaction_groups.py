@@ -6,6 +6,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.services import job_cancel
+from tasksapp.engine.transitions import job_claim_due
+from tasksapp.engine.worker.executor import execute_batch
 from tasksapp.engine.worker.groups import ERR_TRANSACTION_ABORTED
 from tests.engine.worker.test_executor import claim_and_run
 from tests.factories import JobFactory
@@ -127,3 +130,23 @@ def test_a_handler_that_owns_its_transaction_commits_alone(effects):
         registry.unregister("tests.handlers.recording.record_alone")
     assert {job.state for job in jobs} == {JobState.SUCCEEDED}
     assert len(committed_by(jobs)) == 3  # the group ends before it, another begins after
+
+
+@pytest.mark.parametrize("first", ["record", "record_then_snooze", "record_then_fail"])
+def test_a_job_cancelled_before_its_start_undoes_nothing_of_the_job_before_it(effects, first):
+    """A job refused at its start (cancelled after its claim) made no savepoint of its own:
+    its end must not roll back to the savepoint of the job before it (it once did, undoing
+    that job's recorded end, or failing on a savepoint already released)."""
+    before, cancelled = (
+        JobFactory(handler=RECORDING + first),
+        JobFactory(handler=RECORDING + "record"),
+    )
+    claims = job_claim_due(ids=[before.id, cancelled.id], owner="d", ttl=10)
+    job_cancel(job_id=cancelled.id)
+    assert execute_batch([[c.id, c.token, c.run_at_ms] for c in claims]) == 2
+    before.refresh_from_db()
+    cancelled.refresh_from_db()
+    expected = {"record": JobState.SUCCEEDED, "record_then_snooze": JobState.SCHEDULED}
+    assert before.state == expected.get(first, JobState.FAILED)
+    assert effects.count(before.id) == (1 if first == "record" else 0)
+    assert cancelled.state == JobState.CANCELLED and effects.count(cancelled.id) == 0
