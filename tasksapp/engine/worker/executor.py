@@ -33,6 +33,13 @@ from tasksapp.engine.worker.groups import run_group, shares_transaction
 from tasksapp.engine.worker.lease_keeper import LeaseKeeper, lease_keeper
 from tasksapp.engine.worker.outcomes import RunOutcome, record_successes
 
+# How each end counts on the worker's row: a cancel or a snooze, as asked, is no failure.
+COUNTED_AS = {
+    RunOutcome.RECORDED_SUCCESS: "succeeded",
+    RunOutcome.FAILED: "failed",
+    RunOutcome.STOPPED: None,
+}
+
 
 def execute_batch(
     claims: Sequence[Sequence[int | float]], *, handlers_returned: Callable[[], None] = nothing
@@ -76,11 +83,11 @@ def execute_batch(
             if status is RunOutcome.SUCCESS_TO_RECORD:
                 finished_ok.append(outcome)
             else:
-                keeper.release(job.id, succeeded=status is RunOutcome.RECORDED_SUCCESS)
+                keeper.release(job.id, ended=COUNTED_AS[status])
         jobs = {job.id: job for job in started}
         done = record_successes(finished_ok, jobs, worker=keeper.name, within=keeper.ttl)
         for job_id, *_ in finished_ok:
-            keeper.release(job_id, succeeded=job_id in done)
+            keeper.release(job_id, ended="succeeded" if job_id in done else "failed")
     finally:
         # An outcome that could not be recorded (the database went away): stop renewing
         # the lease, so that it expires and the reaper returns the job.

@@ -221,10 +221,13 @@ class LeaseKeeper:
             if held is not None:
                 held.end(outcome, uncommitted=uncommitted)
 
-    def release(self, job_id: int, *, succeeded: bool) -> None:
+    def release(self, job_id: int, *, ended: str | None) -> None:
+        """The job is no longer held; `ended` ("succeeded" or "failed") counts it on the
+        worker's row, None (cancelled or snoozed as asked) counts it as neither."""
         with self._lock:
             self._held.pop(job_id, None)
-            self._counts["succeeded" if succeeded else "failed"] += 1
+            if ended is not None:
+                self._counts[ended] += 1
 
     def forget(self, job_ids: Sequence[int]) -> None:
         with self._lock:

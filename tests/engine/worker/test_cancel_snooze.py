@@ -13,10 +13,11 @@ from django.utils import timezone
 
 from tasksapp.engine import Snooze
 from tasksapp.engine.handlers import MAX_SNOOZE_SECONDS
-from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.models import Job, JobState, WorkerProcess
 from tasksapp.engine.services import job_cancel
 from tasksapp.engine.transitions import job_claim_due
 from tasksapp.engine.worker.executor import execute_batch
+from tasksapp.engine.worker.lease_keeper import lease_keeper
 from tests.factories import JobFactory
 from tests.handlers.recording import KEYED_EFFECTS_TABLE, STARTED_TABLE
 from tests.processes.support import wait_for
@@ -102,6 +103,20 @@ def test_a_snooze_gives_back_the_attempt_and_is_in_the_history(tables):
     # one attempt allowed, and it is still there for the run after the snooze
     assert (job.state, job.attempts) == (JobState.SUCCEEDED, 1)
     assert count("test_keyed_effects", job.id) == 1
+
+
+def test_a_snooze_or_a_cancel_as_asked_counts_as_no_failed_attempt_on_the_worker(tables):
+    snoozing = JobFactory(handler=SNOOZE, payload={"snoozes": 1, "seconds": 30})
+    cancelled = JobFactory(handler=SNOOZE)
+    claimed = claim(snoozing) + claim(cancelled)
+    job_cancel(job_id=cancelled.id)  # after its claim: its start finds the request
+    execute_batch(claimed)
+    keeper = lease_keeper()
+    keeper._renew_and_beat()  # the heartbeat writes the counts, as its thread does
+    states = dict(Job.objects.values_list("id", "state"))
+    assert (states[snoozing.id], states[cancelled.id]) == (JobState.SCHEDULED, JobState.CANCELLED)
+    row = WorkerProcess.objects.get(name=keeper.name)
+    assert (row.succeeded, row.failed) == (0, 0)
 
 
 def test_a_snooze_out_of_bounds_is_a_failed_attempt_that_says_why(tables):
