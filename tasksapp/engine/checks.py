@@ -102,6 +102,8 @@ def check_login_url(app_configs=None, **kwargs) -> list[Warning]:
     from django.urls import NoReverseMatch, Resolver404, resolve
 
     url = settings.LOGIN_URL
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return []  # a project without URLs (only workers and dispatchers): nothing to log in to
     try:
         path = resolve_url(url)
         if path.startswith("/"):

@@ -95,6 +95,11 @@ def test_a_login_url_that_answers_nothing_is_reported(settings):
     assert checks.check_login_url() == []
 
 
+def test_a_project_without_urls_is_checked_without_a_crash(settings):
+    del settings.ROOT_URLCONF
+    assert checks.check_login_url() == []
+
+
 def test_a_tasks_backend_that_cannot_be_imported_is_an_error(settings):
     settings.TASKS = {"default": {"BACKEND": "tasksapp.backends.NoSuchBackend"}}
     (found,) = checks.check_configuration()
