@@ -21,6 +21,7 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from tasksapp.engine.lookups import text_in
 from tasksapp.engine.models import Job, JobState
 from tasksapp.engine.options import MAX_PRIORITY, MIN_PRIORITY
 
@@ -230,8 +231,8 @@ def _text_criterion(name: str, text: str) -> Q:
     return {
         "handler_prefix": Q(handler__startswith=text),
         "queue": Q(queue=text),
-        "error_contains": Q(last_error__icontains=text),
-        "key_contains": Q(idempotency_key__contains=text),
+        "error_contains": Q(text_in("last_error", text)),  # the trigram indexes serve both
+        "key_contains": Q(text_in("idempotency_key", text)),
     }[name]
 
 

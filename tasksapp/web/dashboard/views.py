@@ -61,6 +61,7 @@ from tasksapp.web.selectors.jobs import (
     job_graph,
     job_page,
     job_timeline,
+    text_indexed,
 )
 from tasksapp.web.selectors.queues import queue_list, routing_state
 
@@ -218,6 +219,9 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "page": page,
         "errors": errors,
         "search_window": SEARCH_WINDOW,
+        # A text of three letters or digits in a row is found through the indexes among
+        # all jobs; a shorter one only in a window of the latest.
+        "text_windowed": bool(filters and filters.text and not text_indexed(filters.text)),
         "priorities": range(MAX_PRIORITY, -1, -1),
         "states": JobState.values,
         "tasks": RecurringTask.objects.order_by("name").only("id", "name"),

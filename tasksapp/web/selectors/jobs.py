@@ -47,9 +47,10 @@ from django.db.models import (
     When,
 )
 from django.db.models.functions import Cast, Length
-from django.db.models.lookups import GreaterThan, IContains, Lookup
+from django.db.models.lookups import GreaterThan
 
 from tasksapp.engine.jsonvalues import safe_json
+from tasksapp.engine.lookups import TextContains
 from tasksapp.engine.models import LEASED_STATES, NOT_LEASED, Job, JobState
 from tasksapp.graphs.selectors import GraphView, graph_run_get, graph_run_id_for_job
 from tasksapp.recurring.models import Member, RecurringTask, SlicePlan
@@ -182,17 +183,6 @@ def handler_prefix(prefix: str) -> Q:
         return Q(handler__gte=prefix, handler__startswith=prefix)
     upper = prefix[:-1] + chr(last + 1 if last + 1 not in range(0xD800, 0xE000) else 0xE000)
     return Q(handler__gte=prefix, handler__lt=upper, handler__startswith=prefix)
-
-
-class TextContains(IContains):
-    """Case-insensitive substring. On PostgreSQL `ILIKE`, which a `gin_trgm_ops` index
-    serves (Django's icontains compares UPPER() of both sides, which no index holds);
-    elsewhere icontains. Wildcards in the text are escaped: plain characters."""
-
-    def as_postgresql(self, compiler, connection):
-        lhs, lhs_params = Lookup.process_lhs(self, compiler, connection)
-        rhs, rhs_params = self.process_rhs(compiler, connection)
-        return f"{lhs} ILIKE {rhs}", (*lhs_params, *rhs_params)
 
 
 def text_indexed(text: str) -> bool:

@@ -226,3 +226,11 @@ def test_the_dashboard_filters_by_prefix_and_text(viewer_client):
     bad = viewer_client.get(JOB_LIST, {"priority": "12"})
     assert bad.status_code == 400
     assert "priority must be a whole number from 0 to 9." in bad.content.decode()
+
+
+def test_the_list_speaks_of_a_window_only_for_a_text_without_a_trigram(viewer_client):
+    JobFactory(last_error="KeyError: 'acct-42'")
+    indexed = viewer_client.get("/jobs/", {"text": "acct-42"}).content.decode()
+    short = viewer_client.get("/jobs/", {"text": "42"}).content.decode()
+    assert "acct-42" in indexed and "is searched in the" not in indexed
+    assert "A text without three letters or digits in a row is searched" in short
