@@ -38,7 +38,7 @@ def lockout_response(
         "minutes": max(1, math.ceil(seconds / 60)),
     }
     response = render(
-        request, "registration/locked_out.html", context, status=settings.AXES_HTTP_RESPONSE_CODE
+        request, "tempo/locked_out.html", context, status=settings.AXES_HTTP_RESPONSE_CODE
     )
     if seconds:
         response["Retry-After"] = str(seconds)

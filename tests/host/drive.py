@@ -129,6 +129,8 @@ setup_test_environment()
 client = Client()
 out["anonymous_api"] = client.get("/tempo/api/jobs/").status_code
 out["anonymous_dashboard"] = client.get("/tempo/").status_code
+anonymous_login = client.get("/tempo/login/").content
+out["login_is_tempos"] = b"HOST-LOGIN" not in anonymous_login and b"Tempo" in anonymous_login
 from django.contrib.auth import get_user_model  # noqa: E402
 
 admin = get_user_model().objects.create_superuser("boss", "", "a-long-password-1")
@@ -136,5 +138,6 @@ client.force_login(admin)
 pages = {path: client.get(path) for path in ("/tempo/", "/tempo/jobs/", "/tempo/api/jobs/")}
 out["pages"] = {path: response.status_code for path, response in pages.items()}
 out["jobs_page_names_tasks"] = b"shop.tasks.add" in pages["/tempo/jobs/"].content
+out["pages_are_tempos"] = all(b"HOST-BASE" not in r.content for r in pages.values())
 out["login_page"] = client.get("/tempo/login/").status_code
 json.dump(out, sys.stdout, default=str)

@@ -59,6 +59,15 @@ CELERY_IMPORT = """from .celery import app as celery_app
 
 __all__ = ("celery_app",)
 """
+# The project's own base template and login page, where Django looks for them first: Tempo's
+# pages must render with Tempo's, and the project's login page stays the project's.
+HOST_TEMPLATES = {
+    "base.html": "<html><body>HOST-BASE {% block content %}{% endblock %}</body></html>",
+    "registration/login.html": "HOST-LOGIN",
+}
+TEMPLATE_DIRS = """
+TEMPLATES[0]["DIRS"] = [BASE_DIR / "templates"]
+"""
 URLS = """
 from django.urls import include  # noqa: E402
 
@@ -116,9 +125,9 @@ def wheel(tmp_path_factory) -> Path:
 def test_the_wheel_holds_templates_static_files_migrations_and_commands(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in (
-        "tasksapp/templates/base.html",
-        "tasksapp/templates/dashboard/overview.html",
-        "tasksapp/templates/registration/login.html",
+        "tasksapp/templates/tempo/base.html",
+        "tasksapp/templates/tempo/dashboard/overview.html",
+        "tasksapp/templates/tempo/login.html",
         "tasksapp/static/dashboard/dashboard.css",
         "tasksapp/static/vendor/chart-4.5.0.umd.min.js",
         "tasksapp/migrations/0001_jobs.py",
@@ -127,8 +136,11 @@ def test_the_wheel_holds_templates_static_files_migrations_and_commands(wheel):
         "tasksapp/templatetags/tempo.py",
     ):
         assert name in names, name
-    # The error pages are the standalone deployment's, not imposed on a project.
+    # The error pages are the standalone deployment's, not imposed on a project; every
+    # other template is under tempo/, so none takes the place of a project's own.
     assert "tasksapp/templates/404.html" not in names
+    templates = [n for n in names if n.startswith("tasksapp/templates/")]
+    assert templates and all(n.startswith("tasksapp/templates/tempo/") for n in templates)
 
 
 def make_venv(tmp_path: Path, wheel: Path) -> Path:
@@ -191,7 +203,10 @@ def make_project(tmp_path: Path, python: Path, db: dict, broker: str, *, with_ce
     for script in ("drive.py", "kill.py"):
         shutil.copy2(HERE / script, project / script)
     with open(project / "hostproj" / "settings.py", "a") as settings:
-        settings.write(SETTINGS.format(broker=broker, database=db))
+        settings.write(SETTINGS.format(broker=broker, database=db) + TEMPLATE_DIRS)
+    for name, text in HOST_TEMPLATES.items():
+        (project / "templates" / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / "templates" / name).write_text(text)
     with open(project / "hostproj" / "urls.py", "a") as urls:
         urls.write(URLS)
     if with_celery:
@@ -339,6 +354,8 @@ def test_a_new_project_runs_tasks_and_handlers_on_tempo_from_the_wheel(host, tmp
     assert seen["pages"] == {"/tempo/": 200, "/tempo/jobs/": 200, "/tempo/api/jobs/": 200}
     assert seen["jobs_page_names_tasks"] is True
     assert seen["login_page"] == 302  # logged in: the login page sends to the dashboard
+    # The project's own base.html and registration/login.html take nothing of Tempo's.
+    assert seen["login_is_tempos"] is True and seen["pages_are_tempos"] is True
     # The worker SIGKILLed mid-task: its run rolled back and ran again on the next worker,
     # the attempt not counted (the Task has one): SUCCESSFUL, its row written once.
     assert killed == {"status": "SUCCESSFUL", "return_value": "held", "rows": 1}

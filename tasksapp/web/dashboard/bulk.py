@@ -206,7 +206,7 @@ def job_bulk(request: HttpRequest, action: str) -> HttpResponse:
         return _act(request, ask, query)
     except (BulkInputError, JobInputError) as exc:
         context = {"error": str(exc), "back_url": back_url(query)}
-        return render(request, "dashboard/bulk_confirm.html", context, status=400)
+        return render(request, "tempo/dashboard/bulk_confirm.html", context, status=400)
 
 
 def _confirm(request: HttpRequest, ask: BulkAsk) -> HttpResponse:
@@ -217,7 +217,7 @@ def _confirm(request: HttpRequest, ask: BulkAsk) -> HttpResponse:
         "left": count.matched - count.changed,
         "question": _question(ask, count),
     }
-    return render(request, "dashboard/bulk_confirm.html", context)
+    return render(request, "tempo/dashboard/bulk_confirm.html", context)
 
 
 def _question(ask: BulkAsk, count: BulkResult) -> str:
@@ -253,7 +253,7 @@ def _act(request: HttpRequest, ask: BulkAsk, query: QueryDict) -> HttpResponse:
             "seconds": BULK_SECONDS,
         },
     }
-    return render(request, "dashboard/bulk_confirm.html", context)
+    return render(request, "tempo/dashboard/bulk_confirm.html", context)
 
 
 def _done(ask: BulkAsk, matched: int, changed: int) -> str:

@@ -113,4 +113,4 @@ def action_confirm(request: HttpRequest, kind: str, target: str, action: str) ->
         raise Http404(ERR_NO_CONFIRM.format(action=action[:40], kind=kind[:40]))
     if kind in NUMERIC_KINDS and not (target.isascii() and target.isdigit() and len(target) < 19):
         raise Http404(ERR_NO_TARGET.format(kind=kind, target=target[:40]))
-    return render(request, "dashboard/confirm.html", {"confirm": make(target)})
+    return render(request, "tempo/dashboard/confirm.html", {"confirm": make(target)})

@@ -78,7 +78,7 @@ def schedule_list_page(request: HttpRequest) -> HttpResponse:
         for schedule in schedule_list()
     ]
     context = {"rows": rows, "can_operate": request.user.has_perm(PERM_OPERATE)}
-    return render(request, "dashboard/schedule_list.html", context)
+    return render(request, "tempo/dashboard/schedule_list.html", context)
 
 
 @login_required
@@ -93,7 +93,7 @@ def schedule_detail_page(request: HttpRequest, schedule_id: int) -> HttpResponse
         "runs": schedule_runs(schedule=schedule, limit=LAST_RUNS),
         "can_operate": request.user.has_perm(PERM_OPERATE),
     }
-    return render(request, "dashboard/schedule_detail.html", context)
+    return render(request, "tempo/dashboard/schedule_detail.html", context)
 
 
 @login_required
@@ -261,7 +261,7 @@ def _form_page(request, form, schedule: Schedule | None, status: int = 200) -> H
         "handlers": [name for name in registry if name != GUARD_HANDLER],
         "zones": sorted(available_timezones() | {"UTC"}),
     }
-    return render(request, "dashboard/schedule_form.html", context, status=status)
+    return render(request, "tempo/dashboard/schedule_form.html", context, status=status)
 
 
 def _saved(request, form: ScheduleForm, save) -> Schedule | None:

@@ -59,7 +59,7 @@ def _page(request: HttpRequest, form: TokenForm | None, status: int = 200) -> Ht
             request.user.is_superuser or token.user_id == request.user.pk
         )
     context = {"tokens": tokens, "form": form, "can_operate": can_operate}
-    return render(request, "dashboard/tokens.html", context, status=status)
+    return render(request, "tempo/dashboard/tokens.html", context, status=status)
 
 
 @login_required
@@ -87,7 +87,7 @@ def token_create(request: HttpRequest) -> HttpResponse:
         except ACTION_REFUSALS as exc:
             form.add_error(None, str(exc))
         else:
-            return render(request, "dashboard/token_created.html", {"token": token, "key": key})
+            return render(request, "tempo/dashboard/token_created.html", {"token": token, "key": key})
     return _page(request, form, status=400)
 
 

@@ -39,7 +39,7 @@ urlpatterns = [
     path(
         "login/",
         auth_views.LoginView.as_view(
-            template_name="registration/login.html",
+            template_name="tempo/login.html",
             redirect_authenticated_user=True,
             next_page="dashboard:overview",
         ),

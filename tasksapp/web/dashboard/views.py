@@ -99,7 +99,7 @@ def _can_operate(request: HttpRequest) -> bool:
 @require_GET
 def overview(request: HttpRequest) -> HttpResponse:
     data = _with_colors(dashboard_overview())
-    return render(request, "dashboard/overview.html", {"data": data, "health": health_read()})
+    return render(request, "tempo/dashboard/overview.html", {"data": data, "health": health_read()})
 
 
 def _with_colors(data: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +123,7 @@ def overview_data(request: HttpRequest) -> JsonResponse:
 @viewer_required
 @require_GET
 def recurring_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "dashboard/recurring_list.html", {"rows": recurring_task_list()})
+    return render(request, "tempo/dashboard/recurring_list.html", {"rows": recurring_task_list()})
 
 
 @login_required
@@ -151,7 +151,7 @@ def recurring_detail(request: HttpRequest, task_id: int) -> HttpResponse:
         "member_runs": runs,
         "can_operate": _can_operate(request),
     }
-    return render(request, "dashboard/recurring_detail.html", context, status=_status(errors))
+    return render(request, "tempo/dashboard/recurring_detail.html", context, status=_status(errors))
 
 
 def _plan_chart(view) -> dict[str, Any]:
@@ -232,7 +232,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "bulk_fields": params.job_filter_fields(request.GET),
         "bulk_filter_refused": _bulk_refusal(filters) if not errors else "",
     }
-    return render(request, "dashboard/job_list.html", context, status=_status(errors))
+    return render(request, "tempo/dashboard/job_list.html", context, status=_status(errors))
 
 
 def _bulk_refusal(filters: JobFilters) -> str:
@@ -253,7 +253,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         raise Http404(f"job {job_id} does not exist.")
     graph = job_graph(job=job)
     if graph is not None and request.GET.get("part") == "graph":
-        return render(request, "dashboard/graph_section.html", _graph_context(job, graph, request))
+        return render(request, "tempo/dashboard/graph_section.html", _graph_context(job, graph, request))
     context = {
         "job": job,
         "timeline": job_timeline(job=job),
@@ -269,7 +269,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "can_retry": job.state
         in (JobState.DEAD, JobState.LOST, JobState.CANCELLED, JobState.FAILED),
     }
-    return render(request, "dashboard/job_detail.html", context)
+    return render(request, "tempo/dashboard/job_detail.html", context)
 
 
 GRAPH_LEGEND = ("waiting", "ready", "running", "succeeded", "failed", "skipped", "rolled_back")
@@ -349,7 +349,7 @@ def graph_list(request: HttpRequest) -> HttpResponse:
         "base_query": urlencode(query),
         "next_before": rows[-1].id if more and rows else None,
     }
-    return render(request, "dashboard/graph_list.html", context, status=_status(errors))
+    return render(request, "tempo/dashboard/graph_list.html", context, status=_status(errors))
 
 
 @login_required
@@ -362,7 +362,7 @@ def queue_page(request: HttpRequest) -> HttpResponse:
         "can_operate": _can_operate(request),
         "celery_prefix": tempo_settings().queue,
     }
-    return render(request, "dashboard/queues.html", context)
+    return render(request, "tempo/dashboard/queues.html", context)
 
 
 @login_required
@@ -414,7 +414,7 @@ def audit_list(request: HttpRequest) -> HttpResponse:
     for row in rows:
         row.link = _audit_link(row)
     context = {"rows": rows, "next_before": next_before}
-    return render(request, "dashboard/audit.html", context, status=_status(errors))
+    return render(request, "tempo/dashboard/audit.html", context, status=_status(errors))
 
 
 # Audit target types that have a page, and the page's URL name.
