@@ -87,7 +87,9 @@ def token_create(request: HttpRequest) -> HttpResponse:
         except ACTION_REFUSALS as exc:
             form.add_error(None, str(exc))
         else:
-            return render(request, "tempo/dashboard/token_created.html", {"token": token, "key": key})
+            return render(
+                request, "tempo/dashboard/token_created.html", {"token": token, "key": key}
+            )
     return _page(request, form, status=400)
 
 

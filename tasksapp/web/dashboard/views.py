@@ -253,7 +253,9 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         raise Http404(f"job {job_id} does not exist.")
     graph = job_graph(job=job)
     if graph is not None and request.GET.get("part") == "graph":
-        return render(request, "tempo/dashboard/graph_section.html", _graph_context(job, graph, request))
+        return render(
+            request, "tempo/dashboard/graph_section.html", _graph_context(job, graph, request)
+        )
     context = {
         "job": job,
         "timeline": job_timeline(job=job),
