@@ -127,9 +127,11 @@ def assert_each_mode_held(conn, in_flight: dict[str, list[int]], cut_pid: int) -
             if job_id not in cut_off:
                 assert (job["state"], job["attempts"]) == ("succeeded", 1), (job_id, job)
                 assert done[job_id] == [(1, key)], (job_id, done[job_id])
-            elif mode == "transactional":  # the cut-off attempt's effect never committed
-                assert (job["state"], job["attempts"]) == ("succeeded", 2), (job_id, job)
-                assert done[job_id] == [(2, key)], (job_id, done[job_id])
+            elif mode == "transactional":  # the cut-off run's effect never committed:
+                # it ran again as the same attempt (decision 0020)
+                assert (job["state"], job["attempts"]) == ("succeeded", 1), (job_id, job)
+                assert [e["kind"] for e in job["errors"]] == ["lost_run"], (job_id, job)
+                assert done[job_id] == [(1, key)], (job_id, done[job_id])
             elif mode == "at_least_once":
                 assert (job["state"], job["attempts"]) == ("succeeded", 2), (job_id, job)
                 assert done[job_id] == [(1, key), (2, key)], (job_id, done[job_id])

@@ -148,8 +148,8 @@ def test_joining_takes_the_members_flag_and_the_slice_follows_it(
 @pytest.mark.django_db(transaction=True)
 def test_the_slice_reads_the_partial_index():
     """At a population where the choice matters (3 tasks of 20,000 members each), once
-    autovacuum has been by (statistics and visibility map): the slice is a range of
-    audience_member_slice_idx read from the index alone, no join to the members."""
+    autovacuum has been by (statistics): the slice is a range of audience_member_slice_idx,
+    no join to the members."""
     with connection.cursor() as cursor:
         cursor.execute(sql.INSERT_GOLDEN_MEMBERS, {"prefix": "m-", "start": 0, "stop": 20_000})
     tasks = [
@@ -176,7 +176,15 @@ def test_the_slice_reads_the_partial_index():
         }
         cursor.execute("EXPLAIN " + sql.MEMBER_SLICE_AUDIENCE, params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert "Index Only Scan using audience_member_slice_idx" in plan, plan
+    # A range of the index, read alone (index-only) or through its bitmap: which one
+    # depends on the visibility map, which another session's open snapshot can keep from
+    # being set; either reads the slice, not the population.
+    scans = (
+        "Index Only Scan using audience_member_slice_idx",
+        "Bitmap Index Scan on audience_member_slice_idx",
+    )
+    assert any(scan in plan for scan in scans), plan
+    assert "phase >= " in plan and "phase < " in plan, plan  # the range is the index's
     assert "tasksapp_member" not in plan, plan  # no join to the members
 
 
