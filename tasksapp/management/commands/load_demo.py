@@ -13,11 +13,18 @@ from django.utils import timezone
 
 from tasksapp.engine.models import Delivery, Job
 from tasksapp.engine.services import job_schedule
+from tasksapp.schedules.models import Schedule
+from tasksapp.schedules.services import schedule_create
 
 GREET, FLAKY = "tasksapp.demo.handlers.greet", "tasksapp.demo.handlers.flaky"
 RETRY_POLICY = {"delays": [1, 2, 5, 10, 20]}
 FIRST_JOBS = 20  # due within the first few seconds, so something happens at once
 NAMES = ["Ada", "Grace", "Linus", "Barbara", "Guido", "Margaret", "Ken", "Radia"]
+# Calendar schedules to look at: one every 30 s of elapsed time, one a cron in a zone.
+DEMO_SCHEDULES = [
+    {"name": "demo: greet every 30 s", "every": dt.timedelta(seconds=30)},
+    {"name": "demo: nightly greeting (Berlin)", "cron": "30 2 * * *", "timezone": "Europe/Berlin"},
+]
 
 
 def _kind(n: int) -> dict:
@@ -76,3 +83,15 @@ class Command(BaseCommand):
         new = len(jobs) - existing
         when = f"due over the next {seconds:g} s" if new else "another --batch adds new ones"
         self.stdout.write(f"demo batch {batch!r}: {len(jobs)} jobs ({summary}), {new} new, {when}")
+        made = demo_schedules()
+        self.stdout.write(f"demo schedules: {len(DEMO_SCHEDULES)} ({made} new)")
+
+
+def demo_schedules() -> int:
+    """The demo's calendar schedules not there yet, made; how many were made."""
+    made = 0
+    for options in DEMO_SCHEDULES:
+        if not Schedule.objects.filter(name=options["name"]).exists():
+            schedule_create(handler=GREET, payload={"name": "Schedule"}, **options)
+            made += 1
+    return made
