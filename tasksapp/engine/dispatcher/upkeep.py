@@ -6,7 +6,8 @@
 - The look for dead workers (their liveness lock gone) ends their leases at once, every
   TEMPO_WORKER_CHECK_SECONDS while jobs are leased, and at once when the lock ring says
   a worker or a peer died; after a worker's death, this dispatcher's own claims that the
-  dead worker had taken unstarted are returned too.
+  dead worker had taken unstarted are returned too, and those made just before the death
+  once they have settled.
 - A dead peer dispatcher's unstarted claims (perhaps never published) are returned when
   the lock ring says it died, and once at start.
 
@@ -41,6 +42,7 @@ DEAD_PEER_RECHECK_MS = 100
 # no longer waits in the broker, was taken by the dead worker: returned at once. (A live
 # worker starts a message it takes within milliseconds: it only takes one with a free slot.)
 LOST_CLAIM_SETTLE_SECONDS = 0.25
+LOST_CLAIM_RECHECK_MS = LOST_CLAIM_SETTLE_SECONDS * 1000 + 50
 REAP_SLACK_MS = 500  # look this long after a claim's lease would run out
 
 
@@ -81,6 +83,8 @@ class Upkeep:
         self.worker_recheck = False  # a dead peer's worker may die a moment after it
         self.dead_peer_claims = True  # look for unstarted claims of dead dispatchers
         self.lost_claims = False  # a worker died: look for own claims it took unstarted
+        # ... and once more when the claims made just before the death have settled
+        self.lost_claims_again_at: float | None = None
 
     # -- what happened ------------------------------------------------------------------
     def claims_made(self) -> None:
@@ -119,6 +123,8 @@ class Upkeep:
             deadlines.append(self.next_worker_check)
         if self.next_reap is not None:
             deadlines.append(self.next_reap)
+        if self.lost_claims_again_at is not None:
+            deadlines.append(self.lost_claims_again_at)
         return min(deadlines)
 
     def step(self) -> None:
@@ -128,6 +134,9 @@ class Upkeep:
             self._return_claims_of_dead_peers()
         if self._watching_workers() and self.now_ms() >= self.next_worker_check:
             self._check_workers()
+        if self.lost_claims_again_at is not None and self.now_ms() >= self.lost_claims_again_at:
+            self.lost_claims_again_at = None
+            self._expire_lost_claims()
         if self.next_reap is not None and self.now_ms() >= self.next_reap:
             self.reap()
 
@@ -165,6 +174,10 @@ class Upkeep:
             self._tell_peers_of_worker_death()
         if dead or self.lost_claims:
             self._expire_lost_claims()
+            # A claim made within the settle time before the death may have been the dead
+            # worker's too: it is not returned yet (a live worker may be taking its
+            # message this very moment). Look again once it has settled.
+            self.lost_claims_again_at = self.now_ms() + LOST_CLAIM_RECHECK_MS
         if dead:
             self.reap(everywhere=True)
         elif not self.uses_notify:
