@@ -25,6 +25,8 @@ pytestmark = [
 ]
 
 WITHOUT_JOBS_IN_FLIGHT = ("job_state_run_at_idx", "job_handler_run_at_idx", "job_run_at_id_idx")
+# Migration 0023's text-search indexes: the jobs in flight left out too.
+TRIGRAM_INDEXES = ("job_error_trgm_idx", "job_key_trgm_idx", "job_payload_trgm_idx")
 # Partial indexes of the jobs in flight alone: either serves a read of those.
 OF_JOBS_IN_FLIGHT = {"job_lease_idx", "job_active_queue_idx"}
 HANDLER = "tests.handlers.recording.noop"
@@ -142,8 +144,10 @@ def test_state_counts_read_an_index_for_every_state(table):
     assert len(scans) == len(JobState.values)
     read = [in_flight(index) for index in scans]
     assert read.count("of jobs in flight") == 2
-    # The other states: any index whose condition the state implies (no table scan).
-    assert set(read) <= {"of jobs in flight", "job_due_idx", *WITHOUT_JOBS_IN_FLIGHT}
+    # The other states: any index whose condition the state implies (no table scan). With
+    # these empty payloads the payload's trigram index is near empty: it may be cheapest.
+    allowed = {"of jobs in flight", "job_due_idx", *WITHOUT_JOBS_IN_FLIGHT, *TRIGRAM_INDEXES}
+    assert set(read) <= allowed
 
 
 def test_a_task_plan_counts_its_jobs_in_flight_through_the_lease_index(table):
