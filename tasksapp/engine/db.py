@@ -11,12 +11,25 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
+
+_alias: list[str] = []  # read once per process (again when a test overrides the setting)
 
 
 def tempo_alias() -> str:
     """The alias of Tempo's database."""
-    return getattr(settings, "TEMPO_DATABASE", DEFAULT_DB_ALIAS)
+    if not _alias:
+        _alias.append(getattr(settings, "TEMPO_DATABASE", DEFAULT_DB_ALIAS))
+    return _alias[0]
+
+
+def _forget_alias(setting: str, **kwargs) -> None:
+    if setting == "TEMPO_DATABASE":
+        _alias.clear()
+
+
+setting_changed.connect(_forget_alias, dispatch_uid="tempo-database-alias")
 
 
 def tempo_is_separate() -> bool:
