@@ -167,6 +167,9 @@ def test_the_api_answers_with_a_token_and_audits_its_writes(operator):
     job_id = response.json()["id"]
     assert Job.objects.using("tempo").filter(id=job_id).exists()
     assert client.get(f"/api/jobs/{job_id}/").json()["id"] == job_id
+    assert client.get("/api/health/").status_code in (200, 503)  # no dispatcher runs here
+    metrics = client.get("/metrics")
+    assert metrics.status_code == 200 and b"tempo_jobs" in metrics.content
     assert client.post(f"/api/jobs/{job_id}/cancel/").status_code == 200
     assert OperatorAction.objects.filter(action="cancel", target_id=str(job_id), via="api").exists()
     refused = client.post(
