@@ -12,7 +12,7 @@ from django.db import connection, connections, router, transaction
 from django.test import override_settings
 from django_celery_beat.models import PeriodicTask
 
-from tasksapp.engine.checks import tempo_database_errors
+from tasksapp.engine.checks import check_configuration, tempo_database_errors
 from tasksapp.engine.db import atomic_on, tempo_alias, tempo_atomic, tempo_connection
 from tasksapp.engine.models import Job
 from tasksapp.recurring.audiences import AudienceDatabaseError, validated_audience
@@ -73,6 +73,7 @@ def test_the_router_places_tempos_models_and_leaves_the_users_with_the_project()
 def test_an_alias_not_in_databases_is_an_error():
     with override_settings(TEMPO_DATABASE="nowhere"):
         (error,) = tempo_database_errors()
+        assert "tempo.E020" in {found.id for found in check_configuration()}  # at start-up
     assert error.id == "tempo.E020" and "'nowhere'" in error.msg and "default" in error.msg
 
 
