@@ -151,6 +151,12 @@ WSGI_APPLICATION = "schedapp.wsgi.application"
 DATABASES = {
     "default": env.db_url("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'tempo.sqlite3'}")
 }
+# Tempo's tables on a PostgreSQL database of their own (docs/DEPLOYMENT.md, "Tempo's
+# tables on another database"): its URL makes the alias "tempo"; empty, one database.
+if env.str("TEMPO_DATABASE_URL", default=""):
+    DATABASES["tempo"] = env.db_url("TEMPO_DATABASE_URL")
+    TEMPO_DATABASE = "tempo"
+    DATABASE_ROUTERS = ["tasksapp.routers.TempoRouter"]
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL + immediate transactions: several local processes write without "database is locked".
     DATABASES["default"]["OPTIONS"] = {
@@ -165,8 +171,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 # keep their advisory locks and LISTEN on TEMPO_SESSION_DATABASE_URL, a direct connection.
 TEMPO_DB_POOLER = env.str("TEMPO_DB_POOLER", default="")
 TEMPO_SESSION_DATABASE_URL = env.str("TEMPO_SESSION_DATABASE_URL", default="")
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = bool(TEMPO_DB_POOLER)
+for _database in DATABASES.values():
+    if _database["ENGINE"] != "django.db.backends.postgresql":
+        continue
+    _database["DISABLE_SERVER_SIDE_CURSORS"] = bool(TEMPO_DB_POOLER)
     # A peer that vanished behind a silent network (no FIN, no RST) is noticed on both
     # sides: libpq's keepalives and TCP user timeout end this process's connection, and
     # the same settings sent to the server end its backend, releasing the session's
@@ -175,7 +183,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     _interval = env.int("TEMPO_DB_KEEPALIVE_INTERVAL_SECONDS", default=5)
     _count = env.int("TEMPO_DB_KEEPALIVE_COUNT", default=3)
     _user_timeout_ms = env.int("TEMPO_DB_TCP_USER_TIMEOUT_MS", default=30_000)
-    _options = DATABASES["default"].setdefault("OPTIONS", {})
+    _options = _database.setdefault("OPTIONS", {})
     _options.update(
         {
             "keepalives": 1,
@@ -424,7 +432,8 @@ TEMPO = {
 
 # Web processes keep their connection between requests for this long; dispatchers and
 # workers keep theirs for their lifetime (tasksapp.engine.sessions.use_engine_sessions).
-DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=600)
+for _database in DATABASES.values():
+    _database["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=600)
 
 # --- Probabilistic planning (tasksapp.recurring, docs/PLANNING.md) --------------------
 TEMPO_PLANNING = {

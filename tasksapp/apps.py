@@ -16,6 +16,7 @@ class TasksappConfig(AppConfig):
         from tasksapp.engine.worker.celery_app import tempo_app
         from tasksapp.graphs import runner  # noqa: F401  (registers the graph jobs' handlers)
         from tasksapp.graphs.registry import autodiscover_graph_tasks
+        from tasksapp.recurring import checks as _checks  # noqa: F401  (audiences' database)
         from tasksapp.schedules import handlers as _  # noqa: F401  (the overlap guard's handler)
         from tasksapp.web import (  # noqa: F401  (the admin pages)
             admin,

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.db import connection
 from django.db.models import Count, Min, Q
 
 from tasksapp.alerts.models import AlertKind, AlertRule
+from tasksapp.engine.db import tempo_connection
 from tasksapp.engine.models import Dispatcher, Job, JobQueue, JobState, WorkerProcess
 from tasksapp.engine.models.jobs import DUE_STATES
 from tasksapp.engine.settings import DEFAULT_QUEUE
@@ -85,7 +85,7 @@ def start_lag(rule: AlertRule, now: dt.datetime) -> dict[str, str]:
         "queue": rule.queue,
         "handler": rule.handler,
     }
-    with connection.cursor() as cursor:
+    with tempo_connection().cursor() as cursor:
         cursor.execute(SQL_START_LAG_P95, params)
         rows = cursor.fetchall()
     return {

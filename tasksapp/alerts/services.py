@@ -11,11 +11,12 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 from django.utils import timezone
 
 from tasksapp.alerts import conditions, notify
 from tasksapp.alerts.models import AlertIncident, AlertKind, AlertRule
+from tasksapp.engine.db import tempo_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ def alert_rule_create(
 
 def alert_rule_update(*, rule_id: int, **changes: Any) -> AlertRule:
     """Changes some fields (EDITABLE); the whole rule is validated as it would be."""
-    with transaction.atomic():
+    with tempo_atomic():
         rule = AlertRule.objects.select_for_update().filter(id=rule_id).first()
         if rule is None:
             raise AlertInputError(ERR_NOT_FOUND.format(rule_id=rule_id))
@@ -210,7 +211,7 @@ def alert_incidents_prune(*, now: dt.datetime) -> int:
 
 
 def _rule_evaluate(rule: AlertRule, now: dt.datetime) -> tuple[int, int]:
-    with transaction.atomic():
+    with tempo_atomic():
         AlertRule.objects.select_for_update().filter(id=rule.id).first()  # one evaluator a rule
         firing = conditions.firing_keys(rule, now)
         open_ = {i.key: i for i in AlertIncident.objects.filter(rule=rule, resolved_at=None)}
@@ -235,7 +236,7 @@ def _notices_send(result: EvaluationResult) -> None:
     """Each incident of an active rule with a notice some channel has not taken."""
     pending = AlertIncident.objects.filter(pending=True, rule__active=True)
     for incident_id in pending.values_list("id", flat=True).order_by("id"):
-        with transaction.atomic():
+        with tempo_atomic():
             incident = (
                 AlertIncident.objects.select_for_update(skip_locked=True)
                 .select_related("rule")

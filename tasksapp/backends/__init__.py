@@ -5,7 +5,9 @@ A `@task` function (`from django_tasks import task`) becomes a Tempo handler nam
 dotted path when it is declared, so its jobs show on the dashboard like every job and
 only declared tasks run: a job naming any other path is refused when it is enqueued (the
 handler is not registered) and again when it would run. `enqueue()` inserts one job in
-the caller's transaction (a rollback leaves nothing to run), at `run_after` (never
+the caller's transaction (a rollback leaves nothing to run; with Tempo's tables on a
+database of their own, TEMPO_DATABASE, a transaction open on the default database defers
+the insert to its commit, see `enqueue`), at `run_after` (never
 earlier), on the task's queue, at the Tempo priority its -100..100 priority maps to
 (`tempo_priority`). A task runs once: one attempt, its database writes committed with its
 success (transactional delivery, a transaction of its own). `get_result()` and
@@ -22,6 +24,7 @@ import math
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 from django_tasks import TaskResult, TaskResultStatus
@@ -97,8 +100,13 @@ class TempoBackend(BaseTaskBackend):
             raise InvalidTaskError(str(exc)) from exc
 
     def enqueue(self, task: Task, args, kwargs) -> TaskResult:
+        """Store the task's job. Inside a transaction of the default database while
+        Tempo's tables are on another one, the job is checked now and stored when that
+        transaction commits (never if it rolls back): until then the result's `id` is
+        empty; it is set, and `task_enqueued` sent, at the commit."""
+        from tasksapp.engine.db import tempo_is_separate
         from tasksapp.engine.models import Delivery
-        from tasksapp.engine.services import JobInputError, job_schedule
+        from tasksapp.engine.services import JobInputError, job_schedule, job_schedule_check
 
         self.validate_task(task)
         check_declared(task)
@@ -118,21 +126,30 @@ class TempoBackend(BaseTaskBackend):
             "backend": self.alias,
         }
         now = timezone.now()
+        arguments = dict(
+            handler=task.module_path,
+            run_at=max(task.run_after or now, now),
+            payload=payload,
+            max_attempts=1,
+            delivery=Delivery.TRANSACTIONAL,
+            queue=task.queue_name,
+            priority=tempo_priority(task.priority),
+        )
+
+        def store() -> None:
+            job = job_schedule(**arguments)
+            object.__setattr__(result, "id", str(job.id))
+            object.__setattr__(result, "enqueued_at", job.created_at)
+            task_enqueued.send(type(self), task_result=result)
+
         try:
-            job = job_schedule(
-                handler=task.module_path,
-                run_at=max(task.run_after or now, now),
-                payload=payload,
-                max_attempts=1,
-                delivery=Delivery.TRANSACTIONAL,
-                queue=task.queue_name,
-                priority=tempo_priority(task.priority),
-            )
+            if tempo_is_separate() and transaction.get_connection().in_atomic_block:
+                job_schedule_check(**arguments)
+                transaction.on_commit(store)  # the default database's commit
+            else:
+                store()
         except JobInputError as exc:
             raise InvalidTaskError(str(exc)) from exc
-        object.__setattr__(result, "id", str(job.id))
-        object.__setattr__(result, "enqueued_at", job.created_at)
-        task_enqueued.send(type(self), task_result=result)
         return result
 
     def get_result(self, result_id: str) -> TaskResult:

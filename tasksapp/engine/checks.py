@@ -75,6 +75,13 @@ W_NO_BROKER = "No message broker is set: Tempo's dispatchers and workers cannot 
 H_NO_BROKER = "Set CELERY_BROKER_URL, for example redis://localhost:6379/0."
 E_SETTINGS = "Tempo's settings are invalid: {error}"
 E_TASKS_BACKEND = "TASKS['{alias}'] names a backend that cannot be imported: {path} ({error})."
+E_DATABASE_ALIAS = "TEMPO_DATABASE names {alias!r}, which is not an alias of DATABASES ({known})."
+H_DATABASE_ALIAS = 'Add that database to DATABASES, or leave TEMPO_DATABASE unset ("default").'
+E_DATABASE_ROUTER = (
+    "TEMPO_DATABASE is {alias!r} but Tempo's models are routed to {routed!r}: no router sends "
+    "them to their database."
+)
+H_DATABASE_ROUTER = 'Add "tasksapp.routers.TempoRouter" to DATABASE_ROUTERS (docs/DEPLOYMENT.md).'
 
 
 @register(Tags.security)
@@ -145,4 +152,24 @@ def check_configuration(app_configs=None, **kwargs) -> list:
         broker_url(tempo_app())
     except ImproperlyConfigured:
         found.append(Warning(W_NO_BROKER, hint=H_NO_BROKER, id="tempo.W012"))
-    return found
+    return found + tempo_database_errors()
+
+
+def tempo_database_errors() -> list:
+    """TEMPO_DATABASE names a database, and the router sends Tempo's models there."""
+    from django.conf import settings
+    from django.core.checks import Error
+    from django.db import router
+
+    from tasksapp.engine.db import tempo_alias
+
+    alias = tempo_alias()
+    if alias not in settings.DATABASES:
+        known = ", ".join(sorted(settings.DATABASES))
+        message = E_DATABASE_ALIAS.format(alias=alias, known=known)
+        return [Error(message, hint=H_DATABASE_ALIAS, id="tempo.E020")]
+    routed = router.db_for_write(Job)
+    if routed != alias:
+        message = E_DATABASE_ROUTER.format(alias=alias, routed=routed)
+        return [Error(message, hint=H_DATABASE_ROUTER, id="tempo.E021")]
+    return []

@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from django.db import connection, transaction
 from django.db.models.functions import Now
 
 from tasksapp.engine import sql
+from tasksapp.engine.db import tempo_atomic, tempo_connection, tempo_on_commit
 from tasksapp.engine.jsonvalues import JsonValueError, checked_text
 from tasksapp.engine.models import JobQueue, RoutingMode
 from tasksapp.engine.options import (
@@ -57,11 +57,11 @@ def _checked_period(value: Any) -> float:
 
 def _announce() -> None:
     """Tell every dispatcher, once the change is committed."""
-    if connection.vendor == "postgresql":
-        transaction.on_commit(
-            lambda: connection.cursor().execute(
-                "SELECT pg_notify(%s, %s)", [sql.NOTIFY_CHANNEL, sql.ROUTING_CHANGED]
-            )
+    if tempo_connection().vendor == "postgresql":
+        tempo_on_commit(
+            lambda: tempo_connection()
+            .cursor()
+            .execute("SELECT pg_notify(%s, %s)", [sql.NOTIFY_CHANNEL, sql.ROUTING_CHANGED])
         )
 
 
@@ -88,7 +88,7 @@ def queue_configure(
             changes[field] = _checked_limit(field, value)
     if rate_period is not UNCHANGED:
         changes["rate_period"] = _checked_period(rate_period)
-    with transaction.atomic():
+    with tempo_atomic():
         queue, _ = JobQueue.objects.select_for_update().get_or_create(name=changes.pop("name"))
         for field, value in changes.items():
             setattr(queue, field, value)
@@ -129,7 +129,7 @@ def routing_restore() -> RoutingMode:
 
 
 def _set_mode(**fields: Any) -> RoutingMode:
-    with transaction.atomic():
+    with tempo_atomic():
         mode, _ = RoutingMode.objects.select_for_update().get_or_create(id=1)
         for field, value in fields.items():
             setattr(mode, field, value)

@@ -13,9 +13,9 @@ server's default (synchronous) commit.
 
 from __future__ import annotations
 
-from django.db import connection
 from django.db.backends.signals import connection_created
 
+from tasksapp.engine.db import tempo_alias, tempo_connection
 from tasksapp.engine.store import job_store, store_for
 
 
@@ -23,8 +23,9 @@ def use_engine_sessions() -> None:
     """This process is a dispatcher or a worker: its database sessions commit
     asynchronously (if enabled) and live as long as the process (see `_engine_session`)."""
     connection_created.connect(_engine_session, weak=False, dispatch_uid="tempo-engine-session")
-    if connection.connection is not None:
-        _engine_session(sender=None, connection=connection)
+    db = tempo_connection()
+    if db.connection is not None:
+        _engine_session(sender=None, connection=db)
 
 
 def _engine_session(sender, connection, **kwargs) -> None:
@@ -34,7 +35,10 @@ def _engine_session(sender, connection, **kwargs) -> None:
     # burst after it ran 30-70 ms late. A broken session is still replaced
     # (close_old_connections checks for errors).
     connection.close_at = None
-    store_for(connection.vendor).configure_session(connection)
+    if connection.alias == tempo_alias():
+        # Only Tempo's own sessions commit asynchronously: a handler's writes on another
+        # database are not redone by leases and fences if a crash lost them.
+        store_for(connection.vendor).configure_session(connection)
 
 
 def flush_commits() -> None:

@@ -14,8 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
-
+from tasksapp.engine.db import tempo_atomic
 from tasksapp.engine.models import JobState
 from tasksapp.engine.ratelimit import gcra_allowance, gcra_batch, gcra_next_start_ms
 from tasksapp.engine.store import job_store
@@ -110,7 +109,7 @@ def job_claim_limited(
     nothing and holds every id). A rate limit moves its state on by the claims made
     (GCRA)."""
     store = job_store()
-    with transaction.atomic():
+    with tempo_atomic():
         limits = store.lock_queue(queue)
         if limits is None:  # another dispatcher claims this queue now: all held, try again
             return LimitedClaim([], list(ids))

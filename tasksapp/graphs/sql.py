@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from django.db import connection
+from tasksapp.engine.db import tempo_connection
 
 GRAPH_TABLE = "tasksapp_graphrun"
 TASK_TABLE = "tasksapp_taskrun"
@@ -60,7 +60,7 @@ def _vendor_parts(vendor: str) -> dict[str, str]:
 
 
 def statement(template: str, **parts: str) -> str:
-    return template.format(**_vendor_parts(connection.vendor), **parts)
+    return template.format(**_vendor_parts(tempo_connection().vendor), **parts)
 
 
 def placeholders(count: int) -> str:
@@ -77,22 +77,22 @@ def loads(value: Any) -> Any:
 
 def moment(value):
     """A datetime as the database takes it (naive UTC text on SQLite)."""
-    return connection.ops.adapt_datetimefield_value(value)
+    return tempo_connection().ops.adapt_datetimefield_value(value)
 
 
 def fetch_one(sql: str, params: Sequence[Any]) -> tuple | None:
-    with connection.cursor() as cursor:
+    with tempo_connection().cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone()
 
 
 def fetch_all(sql: str, params: Sequence[Any]) -> list[tuple]:
-    with connection.cursor() as cursor:
+    with tempo_connection().cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
 
 
 def execute(sql: str, params: Sequence[Any]) -> int:
-    with connection.cursor() as cursor:
+    with tempo_connection().cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount

@@ -18,6 +18,8 @@ from django.apps import apps
 from django.core.exceptions import FieldError, ValidationError
 from django.db.models import Model, QuerySet
 
+from tasksapp.engine.db import tempo_alias
+
 ERR_AUDIENCE = (
     "audience must be an installed model's label ('app_label.ModelName', e.g. 'auth.User') "
     "or the dotted name of a function registered with @audience (got {value!r})."
@@ -31,6 +33,11 @@ ERR_AUDIENCE_FUNCTION = "the audience function {name!r} must return a QuerySet (
 ERR_AUDIENCE_NAME = "@audience needs a function with a dotted name (module.function)."
 ERR_AUDIENCE_DUPLICATE = "audience name {name!r} is already registered for another function."
 ERR_AUDIENCE_PK = "the audience's model {model} has a primary key longer than 64 characters."
+ERR_AUDIENCE_DATABASE = (
+    "the audience's model {model} is read from the database {database!r}, Tempo's tables are "
+    "on {tempo!r} (TEMPO_DATABASE): planning joins the audience with Tempo's tables in one "
+    "query, so an audience must be on Tempo's database. Plain member tasks work anywhere."
+)
 
 MAX_KEY_CHARS = 64  # Member.object_id
 
@@ -40,6 +47,10 @@ _lock = threading.Lock()
 
 class AudienceError(ValueError):
     """A bad audience or audience filter; the message says what to fix."""
+
+
+class AudienceDatabaseError(AudienceError):
+    """An audience read from another database than Tempo's."""
 
 
 def audience(func: Callable[[], QuerySet] | None = None, *, name: str | None = None):
@@ -105,7 +116,18 @@ def validated_audience(label: Any, filters: Any) -> tuple[str, dict[str, Any]]:
     pk = queryset.model._meta.pk
     if getattr(pk, "max_length", None) and pk.max_length > MAX_KEY_CHARS:
         raise AudienceError(ERR_AUDIENCE_PK.format(model=model))
+    check_same_database(queryset)
     return label, filters
+
+
+def check_same_database(queryset: QuerySet) -> None:
+    """AudienceDatabaseError unless the audience is read from Tempo's database."""
+    if queryset.db != tempo_alias():
+        model = queryset.model._meta.label
+        message = ERR_AUDIENCE_DATABASE.format(
+            model=model, database=queryset.db, tempo=tempo_alias()
+        )
+        raise AudienceDatabaseError(message)
 
 
 def audience_model(label: str) -> type[Model]:

@@ -46,12 +46,13 @@ def _tasks_of(model) -> list[int]:
 
 
 def _audience_models() -> dict[str, list[int]]:
+    from tasksapp.engine.db import tempo_atomic
     from tasksapp.recurring.audiences import AudienceError, audience_model
     from tasksapp.recurring.models import RecurringTask
 
     found: dict[str, list[int]] = {}
     try:
-        with transaction.atomic():  # after commit; a failure here leaves nothing behind
+        with tempo_atomic():  # after commit; a failure here leaves nothing behind
             tasks = list(
                 RecurringTask.objects.filter(active=True)
                 .exclude(audience="")
@@ -82,8 +83,9 @@ def _follow(task_ids: list[int], keys: Iterable[object]) -> None:
             log.exception("audience of task %s: following %s failed", task.name, keys)
 
 
-def _changed(model, keys: Iterable[object]) -> None:
-    """Follow the objects after commit. Inside the saving transaction nothing is queried:
+def _changed(model, keys: Iterable[object], using: str | None) -> None:
+    """Follow the objects after the commit of the database they were saved on (`using`).
+    Inside the saving transaction nothing is queried:
     with the audiences read less than AUDIENCE_MODELS_TTL ago the model is looked up at
     once, else after commit (a save in a transaction rolled back costs nothing)."""
     if not _watched(model):
@@ -92,26 +94,28 @@ def _changed(model, keys: Iterable[object]) -> None:
     if _fresh():
         task_ids = _tasks_of(model)
         if task_ids:
-            transaction.on_commit(lambda: _follow(task_ids, keys))
+            transaction.on_commit(lambda: _follow(task_ids, keys), using=using)
     else:
-        transaction.on_commit(lambda: _follow(_tasks_of(model), keys))
+        transaction.on_commit(lambda: _follow(_tasks_of(model), keys), using=using)
 
 
-def _saved(sender, instance, raw=False, **kwargs) -> None:
+def _saved(sender, instance, raw=False, using=None, **kwargs) -> None:
     if not raw:
-        _changed(sender, [instance.pk])
+        _changed(sender, [instance.pk], using)
 
 
-def _deleted(sender, instance, **kwargs) -> None:
-    _changed(sender, [instance.pk])
+def _deleted(sender, instance, using=None, **kwargs) -> None:
+    _changed(sender, [instance.pk], using)
 
 
-def _relations_changed(sender, instance, action, reverse, model, pk_set, **kwargs) -> None:
+def _relations_changed(
+    sender, instance, action, reverse, model, pk_set, using=None, **kwargs
+) -> None:
     if action not in ("post_add", "post_remove", "post_clear"):
         return
-    _changed(type(instance), [instance.pk])  # e.g. user.groups.add(beta)
+    _changed(type(instance), [instance.pk], using)  # e.g. user.groups.add(beta)
     if pk_set:
-        _changed(model, pk_set)  # e.g. beta.user_set.add(*users)
+        _changed(model, pk_set, using)  # e.g. beta.user_set.add(*users)
 
 
 def connect() -> None:

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Protocol
 
-from django.db import connection
 from django.db.models import DateTimeField, ExpressionWrapper, F
 from django.db.models.functions import Greatest
 
+from tasksapp.engine.db import tempo_connection
 from tasksapp.engine.models import Job, JobState
 from tasksapp.engine.models.jobs import DUE_STATES
 from tasksapp.recurring import sql
@@ -219,7 +219,7 @@ def _chunks(items: list, size: int) -> Iterator[list]:
 
 
 def _execute(statement: str, params: dict) -> list[tuple]:
-    with connection.cursor() as cursor:
+    with tempo_connection().cursor() as cursor:
         cursor.execute(statement, params)
         return cursor.fetchall() if cursor.description else []
 
@@ -230,5 +230,5 @@ def _store_for(vendor: str) -> RecurringStore:
 
 
 def recurring_store() -> RecurringStore:
-    """The recurring store of the default database."""
-    return _store_for(connection.vendor)
+    """The recurring store of Tempo's database."""
+    return _store_for(tempo_connection().vendor)

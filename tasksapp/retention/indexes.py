@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import math
 
-from django.db import connection
-
+from tasksapp.engine.db import tempo_connection
 from tasksapp.retention.settings import RetentionSettings
 from tasksapp.retention.store import IndexStats, retention_store
 
@@ -65,7 +64,7 @@ def index_rebuild_bloated(*, cfg: RetentionSettings) -> list[str]:
     another run rebuilds one, nor inside a transaction (REINDEX CONCURRENTLY cannot run in
     one). First drops what an interrupted rebuild left."""
     store = retention_store()
-    if connection.in_atomic_block or store.rebuilding():
+    if tempo_connection().in_atomic_block or store.rebuilding():
         return []
     store.drop_failed_rebuilds()
     rebuilt = indexes_to_rebuild(store.job_indexes(), cfg)

@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from django.apps import apps
-from django.db import transaction
 from django.db.models import F, Min
 from django.utils import timezone
 
+from tasksapp.engine.db import tempo_atomic
 from tasksapp.engine.handlers import registry
 from tasksapp.engine.models import FINAL_STATES, Dispatcher, DispatcherCounter, Job, WorkerProcess
 from tasksapp.graphs.models import GRAPH_FINAL_STATES, GraphRun, TaskRun
@@ -83,7 +83,7 @@ def rollup_write(*, now: dt.datetime | None = None) -> dt.datetime:
     now = now or timezone.now()
     until = now - dt.timedelta(seconds=retention_settings().rollup_delay_seconds)
     while True:
-        with transaction.atomic():
+        with tempo_atomic():
             mark = _locked_mark(until)
             if mark is None:  # another run is rolling up: it moves the mark
                 return rollup_mark()
@@ -189,14 +189,14 @@ def retention_run(
 
 
 def _finished_batch(rule: FinishedRule, now: dt.datetime, batch: int) -> int:
-    with transaction.atomic():
+    with tempo_atomic():
         return retention_store().delete_finished(rule, now=now, batch=batch)
 
 
 def _graph_batch(before: dt.datetime, limit: int) -> int:
     """Finished graph runs, each with its task runs, its graph job and its task jobs; a
     run with a job not finished yet waits. Counted in graph runs."""
-    with transaction.atomic():
+    with tempo_atomic():
         parents = dict(
             GraphRun.objects.select_for_update(skip_locked=True)
             .filter(state__in=GRAPH_FINAL_STATES, finished_at__lt=before)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Protocol
 
-from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 
+from tasksapp.engine.db import tempo_atomic, tempo_connection
 from tasksapp.engine.models import FINAL_STATES, Job
 from tasksapp.graphs.models import GraphRun, TaskRun
 from tasksapp.recurring.models import SlicePlan
@@ -126,7 +126,7 @@ def bucket_start(moment: dt.datetime, span: int) -> dt.datetime:
 
 class PostgresRetentionStore:
     def aggregate(self, *, span: int, since: dt.datetime, until: dt.datetime) -> list[RollupRow]:
-        with connection.cursor() as cursor:
+        with tempo_connection().cursor() as cursor:
             cursor.execute(sql.AGGREGATE_FINISHED, {"span": span, "since": since, "until": until})
             return [
                 RollupRow(*row[:4], *(int(v) for v in row[4:9]), float(row[9]), tuple(row[10:]))
@@ -134,11 +134,11 @@ class PostgresRetentionStore:
             ]
 
     def roll_up(self, *, span: int, since: dt.datetime, until: dt.datetime) -> None:
-        with connection.cursor() as cursor:
+        with tempo_connection().cursor() as cursor:
             cursor.execute(sql.ROLL_UP, {"span": span, "since": since, "until": until})
 
     def finished_groups(self) -> list[FinishedGroup]:
-        with connection.cursor() as cursor:
+        with tempo_connection().cursor() as cursor:
             cursor.execute(sql.FINISHED_GROUPS)
             return [FinishedGroup(*row) for row in cursor.fetchall()]
 
@@ -152,24 +152,24 @@ class PostgresRetentionStore:
             "now": now,
             "batch": batch,
         }
-        with connection.cursor() as cursor:
+        with tempo_connection().cursor() as cursor:
             cursor.execute(sql.DELETE_FINISHED, params)
             return cursor.rowcount
 
     def count_finished(self, rule: FinishedRule) -> int:
         group = rule.group
         params = {"handler": group.handler, "task": group.task, "state": group.state}
-        with connection.cursor() as cursor:
+        with tempo_connection().cursor() as cursor:
             cursor.execute(sql.COUNT_FINISHED, {**params, "before": rule.before})
             return cursor.fetchone()[0]
 
     def table_sizes(self, tables: Sequence[str]) -> list[TableSize]:
-        with connection.cursor() as cursor:
+        with tempo_connection().cursor() as cursor:
             cursor.execute(sql.TABLE_SIZES, {"tables": list(tables)})
             return [TableSize(*row) for row in cursor.fetchall()]
 
     def job_indexes(self) -> list[IndexStats]:
-        with connection.cursor() as cursor:
+        with tempo_connection().cursor() as cursor:
             cursor.execute(sql.JOB_INDEXES)
             return [
                 IndexStats(name, size, float(entries), None if width is None else float(width))
@@ -177,23 +177,23 @@ class PostgresRetentionStore:
             ]
 
     def rebuilding(self) -> bool:
-        with connection.cursor() as cursor:
+        with tempo_connection().cursor() as cursor:
             cursor.execute(sql.REBUILDING)
             return bool(cursor.fetchone()[0])
 
     def drop_failed_rebuilds(self) -> list[str]:
-        with connection.cursor() as cursor:
+        with tempo_connection().cursor() as cursor:
             cursor.execute(sql.FAILED_REBUILDS)
             names = [name for (name,) in cursor.fetchall()]
             for name in names:
                 cursor.execute(
-                    f"DROP INDEX CONCURRENTLY IF EXISTS {connection.ops.quote_name(name)}"
+                    f"DROP INDEX CONCURRENTLY IF EXISTS {tempo_connection().ops.quote_name(name)}"
                 )
             return names
 
     def reindex(self, name: str) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(f"REINDEX INDEX CONCURRENTLY {connection.ops.quote_name(name)}")
+        with tempo_connection().cursor() as cursor:
+            cursor.execute(f"REINDEX INDEX CONCURRENTLY {tempo_connection().ops.quote_name(name)}")
 
 
 class SqliteRetentionStore:
@@ -258,7 +258,7 @@ class SqliteRetentionStore:
                 & Q(payload__recurring_task_id=task_id)
                 & Q(payload__occurrence=period)
             )
-        with transaction.atomic():
+        with tempo_atomic():
             rows = candidates.order_by("finished_at").values_list("id", "payload").iterator()
             ids = [job for job, payload in rows if task_text(payload) == group.task][:batch]
             return delete_rows(Job.objects.filter(id__in=ids))
@@ -334,4 +334,4 @@ def store_for(vendor: str) -> RetentionStore:
 
 
 def retention_store() -> RetentionStore:
-    return store_for(connection.vendor)
+    return store_for(tempo_connection().vendor)

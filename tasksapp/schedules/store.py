@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection
+from tasksapp.engine.db import tempo_connection
 
 INSERT_RUNS = """
 INSERT INTO tasksapp_schedulerun (schedule_id, fire_at, run_at, job_id, outcome, details,
@@ -44,7 +44,7 @@ class NewRun:
 def insert_runs(runs: list[NewRun]) -> None:
     if not runs:
         return
-    if connection.vendor != "postgresql":
+    if tempo_connection().vendor != "postgresql":
         from tasksapp.schedules.models import ScheduleRun
 
         ScheduleRun.objects.bulk_create(
@@ -59,7 +59,7 @@ def insert_runs(runs: list[NewRun]) -> None:
         "outcomes": [run.outcome for run in runs],
         "details": [json.dumps(run.details) for run in runs],
     }
-    with connection.cursor() as cursor:
+    with tempo_connection().cursor() as cursor:
         cursor.execute(INSERT_RUNS, params)
 
 
@@ -68,7 +68,7 @@ def update_planned(rows: list[tuple[int, dt.datetime, dt.datetime | None]]) -> N
     PostgreSQL, one per distinct pair elsewhere."""
     if not rows:
         return
-    if connection.vendor != "postgresql":
+    if tempo_connection().vendor != "postgresql":
         from tasksapp.schedules.models import Schedule
 
         groups: dict[tuple, list[int]] = {}
@@ -82,5 +82,5 @@ def update_planned(rows: list[tuple[int, dt.datetime, dt.datetime | None]]) -> N
         "planned": [row[1] for row in rows],
         "next": [row[2] for row in rows],
     }
-    with connection.cursor() as cursor:
+    with tempo_connection().cursor() as cursor:
         cursor.execute(UPDATE_PLANNED, params)

@@ -12,7 +12,7 @@ from django.contrib.admin import helpers
 from django.contrib.admin.utils import flatten_fieldsets
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.db import connection, models, transaction
+from django.db import connections, models
 from django.urls import NoReverseMatch, reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
@@ -74,6 +74,7 @@ from tasksapp.web.operators import (
     routing_restore_audited,
 )
 from tasksapp.web.templatetags.tempo import json_text
+from tasksapp.web.transactions import audited_atomic
 
 VIA = OperatorAction.Via.ADMIN
 PLANNER_ENTRY = "tempo: plan due slices"  # migration 0004's django-celery-beat entry
@@ -86,8 +87,9 @@ class EstimatedCountPaginator(Paginator):
     @cached_property
     def count(self) -> int:
         query = getattr(self.object_list, "query", None)
-        if connection.vendor == "postgresql" and query is not None and not query.where:
-            with connection.cursor() as cursor:
+        db = connections[self.object_list.db] if query is not None else None
+        if db is not None and db.vendor == "postgresql" and not query.where:
+            with db.cursor() as cursor:
                 cursor.execute(
                     "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
                     [self.object_list.model._meta.db_table],
@@ -294,7 +296,7 @@ class JobScheduleForm(RoutingDefaults, forms.ModelForm):
         if self.errors:
             return cleaned
         try:
-            with transaction.atomic():  # the service's own checks, nothing kept
+            with audited_atomic():  # the service's own checks, nothing kept
                 self.schedule()
                 raise _DryRun
         except _DryRun:
@@ -559,7 +561,7 @@ class RecurringTaskForm(RoutingDefaults, forms.ModelForm):
         if self.errors:
             return cleaned
         try:
-            with transaction.atomic():
+            with audited_atomic():
                 self.save_through_service()
                 raise _DryRun
         except _DryRun:
@@ -664,7 +666,7 @@ class JobQueueForm(forms.ModelForm):
         if self.errors:
             return cleaned
         try:
-            with transaction.atomic():  # the service's own checks, nothing kept
+            with audited_atomic():  # the service's own checks, nothing kept
                 queue_configure(**self.settings())
                 raise _DryRun
         except _DryRun:
@@ -724,7 +726,7 @@ class RoutingModeForm(forms.ModelForm):
         if self.errors or not cleaned.get("degraded"):
             return cleaned
         try:
-            with transaction.atomic():  # the service's own checks, nothing kept
+            with audited_atomic():  # the service's own checks, nothing kept
                 routing_degrade(
                     reason=cleaned["reason"], critical_priority=cleaned["critical_priority"]
                 )

@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import transaction
-
 from tasksapp.recurring.services import (
     MemberBatch,
     PlanningInputError,
@@ -27,6 +25,7 @@ from tasksapp.web.operators import (
     OperatorPermissionError,
     operator_action_record,
 )
+from tasksapp.web.transactions import audited_atomic
 
 MEMBER_BATCH_ACTIONS = {
     "delete": member_delete_many,
@@ -50,7 +49,7 @@ def member_batch_audited(
     service = MEMBER_BATCH_ACTIONS.get(action) if isinstance(action, str) else None
     if service is None:
         raise PlanningInputError(ERR_BATCH_ACTION.format(value=action))
-    with transaction.atomic():
+    with audited_atomic():
         result = service(member_ids=member_ids)
         operator_action_record(
             user=user,

@@ -29,7 +29,6 @@ from typing import Any
 
 from django.contrib.auth.models import Group, Permission
 from django.core.cache import cache
-from django.db import transaction
 from django.views.decorators.debug import sensitive_variables
 
 from tasksapp.engine.models import Job, JobQueue, RoutingMode
@@ -48,6 +47,7 @@ from tasksapp.recurring.services import (
 )
 from tasksapp.web.models import ApiToken, OperatorAction
 from tasksapp.web.tokens import TokenInputError, api_token_issue, api_token_revoke
+from tasksapp.web.transactions import audited_atomic
 
 ROLE_VIEWER = "viewer"
 ROLE_OPERATOR = "operator"
@@ -220,7 +220,7 @@ def _require_operator(user: Any) -> None:
 
 def _job_audited(service, action: str, *, user: Any, job_id: int, via: str, **options: Any) -> Job:
     _require_operator(user)
-    with transaction.atomic():
+    with audited_atomic():
         before = Job.objects.filter(id=job_id).values_list("state", "run_at").first()
         job = service(job_id=job_id, **options)
         details = {"state_before": before[0] if before else None, "state_after": job.state}
@@ -257,7 +257,7 @@ def graph_cancel_audited(*, user: Any, job_id: int, via: str) -> GraphRun:
     """Cancel the graph job `job_id` belongs to (as its graph job or one of its task
     jobs): graph_cancel, recorded against the graph."""
     _require_operator(user)
-    with transaction.atomic():
+    with audited_atomic():
         graph_run_id = graph_run_id_for_job(job_id=job_id)
         if graph_run_id is None:
             raise GraphInputError(ERR_NOT_A_GRAPH.format(job_id=job_id))
@@ -276,7 +276,7 @@ def graph_cancel_audited(*, user: Any, job_id: int, via: str) -> GraphRun:
 
 def _task_active_audited(*, user: Any, task_id: int, via: str, active: bool) -> RecurringTask:
     _require_operator(user)
-    with transaction.atomic():
+    with audited_atomic():
         task = RecurringTask.objects.filter(id=task_id).first()
         if task is None:
             raise PlanningInputError(ERR_TASK_NOT_FOUND.format(task_id=task_id))
@@ -305,7 +305,7 @@ def recurring_task_resume_audited(*, user: Any, task_id: int, via: str) -> Recur
 
 def _member_audited(service, action: str, *, user: Any, member: Member, via: str) -> Member:
     _require_operator(user)
-    with transaction.atomic():
+    with audited_atomic():
         was = member.active
         member = service(member=member)
         operator_action_record(
@@ -337,7 +337,7 @@ def api_token_create_audited(*, user: Any, owner: Any, name: str, via: str) -> t
     _require_operator(user)
     if not user.is_superuser and getattr(owner, "pk", None) != user.pk:
         raise TokenInputError(ERR_TOKEN_FOR_OTHER.format(owner=owner.get_username()))
-    with transaction.atomic():
+    with audited_atomic():
         token, key = api_token_issue(owner=owner, name=name, created_by=user)
         operator_action_record(
             user=user,
@@ -354,7 +354,7 @@ def api_token_revoke_audited(*, user: Any, token_id: Any, via: str) -> ApiToken:
     """Revoke an API token (it stops working at once), recorded. An operator revokes
     their own tokens; a superuser anyone's."""
     _require_operator(user)
-    with transaction.atomic():
+    with audited_atomic():
         token = api_token_revoke(token_id=token_id, revoker_check=_token_revoker_check(user))
         operator_action_record(
             user=user,
@@ -396,7 +396,7 @@ def queue_configure_audited(
     """Change a queue's settings (queue_configure: pause, resume, limits), recorded with
     the settings before and after."""
     _require_operator(user)
-    with transaction.atomic():
+    with audited_atomic():
         before = _queue_settings(JobQueue.objects.filter(name=name).first())
         queue = queue_configure(name=name, **settings)
         operator_action_record(
@@ -427,7 +427,7 @@ def routing_degrade_audited(
 ) -> RoutingMode:
     """Degraded mode on (only critical jobs are claimed), recorded."""
     _require_operator(user)
-    with transaction.atomic():
+    with audited_atomic():
         mode = routing_degrade(reason=reason, critical_priority=critical_priority)
         operator_action_record(
             user=user,
@@ -443,7 +443,7 @@ def routing_degrade_audited(
 def routing_restore_audited(*, user: Any, via: str) -> RoutingMode:
     """Degraded mode off (the rest is claimed again, highest priority first), recorded."""
     _require_operator(user)
-    with transaction.atomic():
+    with audited_atomic():
         was = RoutingMode.objects.filter(id=1).values_list("reason", flat=True).first()
         mode = routing_restore()
         operator_action_record(

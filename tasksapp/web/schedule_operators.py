@@ -8,8 +8,6 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.db import transaction
-
 from tasksapp.schedules.models import Schedule, ScheduleRun
 from tasksapp.schedules.services import (
     schedule_create,
@@ -25,6 +23,7 @@ from tasksapp.web.operators import (
     OperatorPermissionError,
     operator_action_record,
 )
+from tasksapp.web.transactions import audited_atomic
 
 TARGET = "schedule"
 
@@ -56,7 +55,7 @@ def _record(user: Any, via: str, action: str, schedule_id: int, details: dict) -
 
 def schedule_create_audited(*, user: Any, via: str, **values: Any) -> Schedule:
     _require_operator(user)
-    with transaction.atomic():
+    with audited_atomic():
         schedule = schedule_create(**values)
         _record(user, via, "schedule_create", schedule.id, {"name": schedule.name, **values})
     return schedule
@@ -65,7 +64,7 @@ def schedule_create_audited(*, user: Any, via: str, **values: Any) -> Schedule:
 def schedule_update_audited(*, user: Any, schedule_id: int, via: str, **changes: Any) -> Schedule:
     """An edit, recorded with each changed field before and after."""
     _require_operator(user)
-    with transaction.atomic():
+    with audited_atomic():
         before = Schedule.objects.filter(id=schedule_id).first()
         schedule = schedule_update(schedule_id=schedule_id, **changes)
         changed = {
@@ -84,7 +83,7 @@ def schedule_update_audited(*, user: Any, schedule_id: int, via: str, **changes:
 
 def _active_audited(service, action: str, *, user: Any, schedule_id: int, via: str) -> Schedule:
     _require_operator(user)
-    with transaction.atomic():
+    with audited_atomic():
         was = Schedule.objects.filter(id=schedule_id).values_list("active", flat=True).first()
         schedule = service(schedule_id=schedule_id)
         details = {"name": schedule.name, "active_before": was, "active_after": schedule.active}
@@ -109,7 +108,7 @@ def schedule_resume_audited(*, user: Any, schedule_id: int, via: str) -> Schedul
 def schedule_run_now_audited(*, user: Any, schedule_id: int, via: str) -> ScheduleRun:
     """One extra run now (schedule_run_now), recorded with its job."""
     _require_operator(user)
-    with transaction.atomic():
+    with audited_atomic():
         run = schedule_run_now(schedule_id=schedule_id)
         details = {"name": run.schedule.name, "job_id": run.job_id, "fire_at": run.fire_at}
         _record(user, via, "schedule_run_now", schedule_id, details)
@@ -119,7 +118,7 @@ def schedule_run_now_audited(*, user: Any, schedule_id: int, via: str) -> Schedu
 def schedule_delete_audited(*, user: Any, schedule_id: int, via: str) -> dict[str, Any]:
     """Delete the schedule, its waiting jobs cancelled (schedule_delete), recorded."""
     _require_operator(user)
-    with transaction.atomic():
+    with audited_atomic():
         deleted = schedule_delete(schedule_id=schedule_id)
         _record(user, via, "schedule_delete", schedule_id, deleted)
     return deleted

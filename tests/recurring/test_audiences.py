@@ -291,9 +291,9 @@ def test_the_timer_is_installed_and_syncs_every_audience_task():
 
 
 def test_audiences_need_postgresql(monkeypatch):
-    from tasksapp.recurring.services import recurring_tasks
+    from tasksapp.engine.db import tempo_connection
 
-    monkeypatch.setattr(recurring_tasks.connection, "vendor", "sqlite")
+    monkeypatch.setattr(tempo_connection(), "vendor", "sqlite")
     with pytest.raises(PlanningInputError, match="audiences need PostgreSQL"):
         task()
     assert not RecurringTask.objects.exists()

@@ -20,8 +20,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from django.db import DatabaseError, InterfaceError, close_old_connections, connection
+from django.db import DatabaseError, InterfaceError, close_old_connections
 
+from tasksapp.engine.db import tempo_connection
 from tasksapp.engine.dispatcher.routing import ReadyJobs, Route, RoutingRules
 from tasksapp.engine.dispatcher.sources.base import ClaimOutcome
 
@@ -129,7 +130,7 @@ class LimitedClaimer:
                     break
                 self._step_safely()
         finally:
-            connection.close()  # this thread's own connection
+            tempo_connection().close()  # this thread's own connection
 
     def _timeout(self) -> float:
         with self.lock:
@@ -148,7 +149,7 @@ class LimitedClaimer:
             self.step()
         except (DatabaseError, InterfaceError, OSError) as exc:
             log.warning("%s: database error, trying again: %s", self.name, exc)
-            connection.close()
+            tempo_connection().close()
             time.sleep(ERROR_PAUSE_SECONDS)
 
     def step(self) -> None:

@@ -16,12 +16,13 @@ import socket
 import time
 from collections import Counter
 
-from django.db import DatabaseError, InterfaceError, connection
+from django.db import DatabaseError, InterfaceError
 from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from tasksapp.engine import sql
+from tasksapp.engine.db import tempo_connection
 from tasksapp.engine.dispatcher.broker import BROKER_RETRY_SECONDS, BrokerGate, CeleryPublisher
 from tasksapp.engine.dispatcher.coordination import (
     PEER_GONE,
@@ -284,7 +285,7 @@ class DispatcherLoop:
                 self.coordinator.close()
             except Exception:
                 log.debug("closing the coordination session failed", exc_info=True)
-        connection.close()
+        tempo_connection().close()
         self.source.forget()
         time.sleep(1.0)
 

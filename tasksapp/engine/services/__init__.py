@@ -25,6 +25,7 @@ from .jobs import (
     job_retry,
     job_run_now,
     job_schedule,
+    job_schedule_check,
     job_schedule_or_get,
 )
 
@@ -55,6 +56,7 @@ __all__ = [
     "job_retry",
     "job_run_now",
     "job_schedule",
+    "job_schedule_check",
     "job_schedule_many",
     "job_schedule_or_get",
     "job_selection",

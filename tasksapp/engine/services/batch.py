@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.db import transaction
-
+from tasksapp.engine.db import tempo_atomic
 from tasksapp.engine.models import Job
 from tasksapp.engine.store import job_store
 from tasksapp.engine.store.rows import InsertedJob, NewJob
@@ -49,7 +48,7 @@ def job_schedule_many(*, jobs: Sequence[Mapping[str, Any]]) -> list[tuple[Job, b
     if not 1 <= len(jobs) <= MAX_BATCH_JOBS:
         raise JobInputError(ERR_BATCH_SIZE.format(max=MAX_BATCH_JOBS, count=len(jobs)))
     new = _new_jobs(jobs)
-    with transaction.atomic():  # a conflict found after the insert takes it back
+    with tempo_atomic():  # a conflict found after the insert takes it back
         inserted = {row.idempotency_key: row for row in job_store().insert_jobs(new)}
         taken = [job.idempotency_key for job in new if job.idempotency_key not in inserted]
         stored = Job.objects.in_bulk(taken, field_name="idempotency_key") if taken else {}

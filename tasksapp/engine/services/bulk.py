@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from tasksapp.engine.db import tempo_atomic
 from tasksapp.engine.lookups import text_in
 from tasksapp.engine.models import Job, JobState
 from tasksapp.engine.options import MAX_PRIORITY, MIN_PRIORITY
@@ -125,7 +125,7 @@ def job_bulk_action(
         if ids and dry_run:
             changed += Job.objects.filter(chosen.eligible, id__in=ids).count()
         elif ids:
-            with transaction.atomic():  # the chunk's statements (cancel has two) as one
+            with tempo_atomic():  # the chunk's statements (cancel has two) as one
                 changed += chosen.change(ids)
         if on_chunk is not None:
             on_chunk(BulkResult(action, dry_run, matched, changed, next_after))

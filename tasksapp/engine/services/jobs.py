@@ -174,6 +174,12 @@ def job_schedule_or_get(
     return _stored(job, inserted[0]), True
 
 
+def job_schedule_check(**arguments: Any) -> None:
+    """The checks of `job_schedule` (the same arguments), nothing stored: JobInputError
+    says what is wrong (a caller that stores the job later, at a commit)."""
+    _new_job(**arguments)
+
+
 def _new_job(
     *,
     handler: str,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from django.db import connection
+from tasksapp.engine.db import tempo_connection
 
 from .base import JobStore
 from .postgres import PostgresJobStore
@@ -21,8 +21,8 @@ def store_for(vendor: str) -> JobStore:
 
 
 def job_store() -> JobStore:
-    """The job store of the default database."""
-    return store_for(connection.vendor)
+    """The job store of Tempo's database."""
+    return store_for(tempo_connection().vendor)
 
 
 __all__ = ["JobStore", "PostgresJobStore", "SqliteJobStore", "job_store", "store_for"]

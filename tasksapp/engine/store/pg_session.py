@@ -11,8 +11,8 @@ from typing import Any
 import environ
 import psycopg
 from django.conf import settings as django_settings
-from django.db import connection, transaction
 
+from tasksapp.engine.db import tempo_atomic, tempo_connection
 from tasksapp.engine.settings import tempo_settings
 
 
@@ -32,7 +32,7 @@ def flush_commits() -> None:
     that writes WAL flushes everything before it."""
     if not tempo_settings().async_commit:
         return
-    with transaction.atomic(), connection.cursor() as cursor:
+    with tempo_atomic(), tempo_connection().cursor() as cursor:
         cursor.execute("SET LOCAL synchronous_commit TO on")
         cursor.execute("SELECT txid_current()")
 
@@ -59,17 +59,18 @@ def engine_cursor() -> Iterator[Any]:
     `TEMPO_PREPARED_STATEMENTS=false` turns this off (for a connection pooler in
     transaction mode older than PgBouncer 1.21).
     """
+    db = tempo_connection()
     if not tempo_settings().prepared_statements:
-        with connection.cursor() as cursor:
+        with db.cursor() as cursor:
             yield cursor
         return
-    connection.ensure_connection()
-    raw = connection.connection
+    db.ensure_connection()
+    raw = db.connection
     if raw.prepare_threshold is None:
         # Django turns preparing off for the whole session; its own (client-side binding)
         # cursors never prepare anyway, so only `prepare=True` below ever does.
         raw.prepare_threshold = NEVER_BY_ITSELF
-    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+    with db.wrap_database_errors, psycopg.Cursor(raw) as cursor:
         yield _Prepared(cursor)
 
 
@@ -89,9 +90,10 @@ class _Prepared:
 
 def session_connection_params() -> dict[str, Any]:
     """Connection parameters for a dispatcher's own sessions (advisory locks, LISTEN):
-    the default database's, or, when set, those of TEMPO_SESSION_DATABASE_URL — a direct
-    connection past a transaction pooler, which can hold neither. Keepalives included."""
-    params = connection.get_connection_params()
+    those of Tempo's database (TEMPO_DATABASE), or, when set, of TEMPO_SESSION_DATABASE_URL
+    — a direct connection past a transaction pooler, which can hold neither. Keepalives
+    included."""
+    params = tempo_connection().get_connection_params()
     params.pop("cursor_factory", None)
     params.pop("context", None)
     url = tempo_settings().session_database_url

@@ -12,10 +12,10 @@ from dataclasses import fields, replace
 from functools import lru_cache
 from typing import Any, TypeVar
 
-from django.db import connection, transaction
 from psycopg.rows import RowFactory, no_result
 from psycopg.types.json import Jsonb
 
+from tasksapp.engine.db import tempo_atomic, tempo_connection
 from tasksapp.engine.sql import DISPATCHER_LOCK_CLASS, WORKER_LOCK_CLASS
 
 from . import pg_session
@@ -70,8 +70,8 @@ def rows_of(cls: type[T]) -> RowFactory[T]:
 
 @contextmanager
 def _cursor(row_factory: RowFactory | None = None) -> Iterator[Any]:
-    """A cursor of the default connection (planned each time), rows made by `row_factory`."""
-    with connection.cursor() as cursor:
+    """A cursor of Tempo's connection (planned each time), rows made by `row_factory`."""
+    with tempo_connection().cursor() as cursor:
         if row_factory is not None:
             cursor.cursor.row_factory = row_factory
         yield cursor
@@ -194,7 +194,7 @@ class PostgresJobStore(InsertsBySource, OperatorTransitions):
 
     def expire_dead_workers(self, *, grace: float) -> list[str]:
         params = {"grace": grace, "worker_class": WORKER_LOCK_CLASS}
-        with transaction.atomic(), _cursor() as cursor:
+        with tempo_atomic(), _cursor() as cursor:
             cursor.execute(sql.DEAD_WORKERS, params)
             dead = [name for (name,) in cursor.fetchall()]
             if dead:

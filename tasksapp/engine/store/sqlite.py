@@ -10,11 +10,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Mod
 from django.utils import timezone
 
+from tasksapp.engine.db import tempo_atomic
 from tasksapp.engine.models import Delivery, Job, JobQueue, JobState
 from tasksapp.engine.models.jobs import DUE_STATES, LEASED_STATES
 
@@ -130,7 +130,7 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
         ]
 
     def claim_due(self, *, ids: Sequence[int], owner: str, ttl: float, lead: float) -> list[Claim]:
-        with transaction.atomic():
+        with tempo_atomic():
             now = timezone.now()
             due = Job.objects.filter(
                 id__in=ids, state__in=DUE_STATES, run_at__lte=now + _secs(lead)
@@ -217,7 +217,7 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
         ttl: float = 0.0,
     ) -> Reaped:
         scope = Job.objects.filter(_in_partitions(partitions, owned), state__in=LEASED_STATES)
-        with transaction.atomic():
+        with tempo_atomic():
             now = timezone.now()
             expired = scope.filter(lease_expires_at__lt=now)
             asked = expired.filter(state=JobState.CLAIMED, cancel_requested_at__isnull=False)
@@ -293,7 +293,7 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
     ) -> list[StartedJob]:
         # No liveness locks here, so no deferred starts: every start is written now.
         started = []
-        with transaction.atomic():
+        with tempo_atomic():
             now = timezone.now()
             for job_id, token in claims:
                 claimed = Job.objects.filter(
@@ -321,7 +321,7 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
         self, *, began: Sequence[tuple[int, int, float | None]], worker: str, ttl: float
     ) -> Renewed:
         started, cancelled = 0, set()
-        with transaction.atomic():
+        with tempo_atomic():
             now = timezone.now()
             for job_id, token, began_ms in began:
                 claimed = Job.objects.filter(id=job_id, lease_token=token, state=JobState.CLAIMED)
@@ -345,7 +345,7 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
         self, *, outcomes: Sequence[tuple[int, int, Any, float | None]], worker: str = ""
     ) -> set[int]:
         done = set()
-        with transaction.atomic():
+        with tempo_atomic():
             now = timezone.now()
             for job_id, token, result, began_ms in outcomes:
                 began = {} if began_ms is None else {"started_at": from_ms(began_ms)}
@@ -365,7 +365,7 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
             id=attempt.job_id, lease_token=attempt.token, state=JobState.RUNNING
         )
         retry_in, began_ms, error = attempt.retry_in, attempt.began_ms, attempt.error
-        with transaction.atomic():
+        with tempo_atomic():
             job = running.first()
             if job is None:
                 return False
@@ -385,7 +385,7 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
             )
 
     def renew(self, *, leases: Sequence[tuple[int, int]], ttl: float) -> Renewed:
-        with transaction.atomic():
+        with tempo_atomic():
             until = timezone.now() + _secs(ttl)
             held = Q()
             for i, t in leases:
@@ -417,7 +417,7 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
 
     def snooze(self, *, job_id: int, token: int, delay: float) -> bool:
         running = Job.objects.filter(id=job_id, lease_token=token, state=JobState.RUNNING)
-        with transaction.atomic():
+        with tempo_atomic():
             job = running.first()
             if job is None:
                 return False
@@ -442,7 +442,7 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
 
     def release(self, *, leases: Sequence[tuple[int, int]]) -> int:
         released = 0
-        with transaction.atomic():
+        with tempo_atomic():
             for i, t in leases:
                 running = Job.objects.filter(id=i, lease_token=t, state=JobState.RUNNING)
                 job = running.first()
@@ -462,7 +462,7 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
 
     def _insert_rows(self, jobs: Sequence[NewJob]) -> list[InsertedJob]:
         keys = [job.idempotency_key for job in jobs]
-        with transaction.atomic():
+        with tempo_atomic():
             taken = set(
                 Job.objects.filter(idempotency_key__in=keys).values_list(
                     "idempotency_key", flat=True
@@ -477,7 +477,7 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
 
     def _insert_slice(self, source: MemberSlice) -> PlannedSlice:
         template, prefix = source.template, source.key_prefix
-        with transaction.atomic():
+        with tempo_atomic():
             taken = set(
                 Job.objects.filter(idempotency_key__startswith=prefix).values_list(
                     "idempotency_key", flat=True

@@ -9,8 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django.db import transaction
-
+from tasksapp.engine.db import tempo_atomic
 from tasksapp.engine.handlers import (
     JobCancelled,
     JobContext,
@@ -121,7 +120,7 @@ def run_transactional(
     keeper: LeaseKeeper,
     handler_returned: Callable[[], None],
 ) -> None:
-    with transaction.atomic():
+    with tempo_atomic():
         result = call(job, handler, began_ms, keeper)
         handler_returned()
         if not job_succeed(outcomes=[(job.id, job.token, result, began_ms)]):

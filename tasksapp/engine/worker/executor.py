@@ -21,8 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from queue import Empty, SimpleQueue
 from typing import Any
 
-from django.db import close_old_connections, connection
+from django.db import close_old_connections
 
+from tasksapp.engine.db import tempo_connection
 from tasksapp.engine.models import Delivery
 from tasksapp.engine.sessions import flush_commits
 from tasksapp.engine.settings import tempo_settings
@@ -200,6 +201,6 @@ def stop_handler_pool() -> None:
     global _handler_pool
     with _handler_pool_lock:
         if _handler_pool is not None:
-            on_every_pool_thread(_handler_pool, lambda: connection.close())
+            on_every_pool_thread(_handler_pool, lambda: tempo_connection().close())
             _handler_pool.shutdown(wait=True)
             _handler_pool = None

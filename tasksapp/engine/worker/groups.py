@@ -17,8 +17,9 @@ import logging
 import time
 from typing import Any
 
-from django.db import DatabaseError, DataError, IntegrityError, connection, transaction
+from django.db import DatabaseError, DataError, IntegrityError
 
+from tasksapp.engine.db import tempo_atomic, tempo_connection
 from tasksapp.engine.handlers import owns_transaction, resolve_handler
 from tasksapp.engine.models import Delivery
 from tasksapp.engine.settings import tempo_settings
@@ -59,7 +60,7 @@ def shares_transaction(job: StartedJob) -> bool:
 
 @functools.cache
 def _on_postgres() -> bool:
-    return connection.vendor == "postgresql"
+    return tempo_connection().vendor == "postgresql"
 
 
 def run_group(first, take, keeper: LeaseKeeper, results: list) -> tuple | None:
@@ -74,12 +75,12 @@ def run_group(first, take, keeper: LeaseKeeper, results: list) -> tuple | None:
     a success cannot be recorded (a lease lost: another process owns that job now; a
     result refused) the whole group rolls back, and its jobs still held run again, each
     in a transaction of its own."""
-    settings, db = keeper.settings, transaction.get_connection()
+    settings, db = keeper.settings, tempo_connection()
     savepoints = _Savepoints(db)
     members: list[tuple[int, StartedJob, RunOutcome, Any]] = []
     item, closes, current = first, float("inf"), first[1]
     try:
-        with transaction.atomic(), db.execute_wrapper(savepoints):
+        with tempo_atomic(), db.execute_wrapper(savepoints):
             while item is not None and _joins_group(item[1], closes):
                 index, current = item
                 members.append((index, current, *_run_member(current, keeper, savepoints)))
@@ -170,7 +171,7 @@ def _settle_in_group(job: StartedJob, exc: BaseException, began_ms: float | None
     """`settle` in the group's transaction, in a savepoint: a record the database refuses
     is logged and the job left to its lease, as outside a group."""
     try:
-        with transaction.atomic():
+        with tempo_atomic():
             return settle(job, exc, began_ms)
     except (DataError, IntegrityError):
         log.exception("job %s: its end could not be recorded; its lease will expire", job.id)

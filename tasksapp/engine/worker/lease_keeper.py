@@ -14,10 +14,11 @@ import time
 from collections.abc import Sequence
 from enum import Enum, auto
 
-from django.db import close_old_connections, connection
+from django.db import close_old_connections
 from django.db.models import F
 from django.utils import timezone
 
+from tasksapp.engine.db import tempo_connection
 from tasksapp.engine.models import WorkerProcess
 from tasksapp.engine.settings import tempo_settings
 from tasksapp.engine.transitions import (
@@ -254,9 +255,9 @@ class LeaseKeeper:
                 except Exception:  # database down: keep trying; leases may expire meanwhile
                     log.exception("lease renewal failed")
                     close_old_connections()
-                    connection.close()
+                    tempo_connection().close()
         finally:
-            connection.close()
+            tempo_connection().close()
 
     def _write_due_starts(self) -> None:
         """The deferred starts due now, of jobs this process still holds."""
@@ -354,11 +355,11 @@ class LeaseKeeper:
                 except Exception:  # the database is down: the leases expire instead
                     log.exception("time limit: the failure could not be recorded")
                     close_old_connections()
-                    connection.close()
+                    tempo_connection().close()
                     if self.ends_process:
                         os._exit(TIME_LIMIT_EXIT_CODE)
         finally:
-            connection.close()
+            tempo_connection().close()
 
     def _time_limit_passed(self, overdue: list[HeldJob]) -> None:
         """Record each overdue attempt as failed (its lease is renewed no more). A prefork

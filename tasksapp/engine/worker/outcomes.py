@@ -13,9 +13,10 @@ from enum import Enum, auto
 from typing import Any
 
 from celery.exceptions import WorkerShutdown, WorkerTerminate
-from django.db import DataError, IntegrityError, InterfaceError, OperationalError, connection
+from django.db import DataError, IntegrityError, InterfaceError, OperationalError
 
 from tasksapp.engine import retry
+from tasksapp.engine.db import tempo_connection
 from tasksapp.engine.handlers import HandlerError, JobCancelled, Snooze
 from tasksapp.engine.jsonvalues import safe_text
 from tasksapp.engine.transitions import (
@@ -75,7 +76,7 @@ def succeed_reconnecting(outcomes: list, *, worker: str, within: float) -> set[i
             if pause is None or time.monotonic() + pause > deadline:
                 raise
             log.warning("recording %s successes failed: reconnecting in %s s", len(outcomes), pause)
-            connection.close()
+            tempo_connection().close()
             time.sleep(pause)
 
 

@@ -9,9 +9,9 @@ the cancel then cancels) or finds the graph cancelled and releases nothing.
 
 from __future__ import annotations
 
-from django.db import transaction
 from django.utils import timezone
 
+from tasksapp.engine.db import tempo_atomic
 from tasksapp.engine.models import Job, JobState
 from tasksapp.engine.services import job_cancel, job_cancel_waiting
 from tasksapp.graphs.models import GraphRun, GraphState, Strategy, TaskRun, TaskState
@@ -27,7 +27,7 @@ CANCELLED_ERROR = "cancelled by an operator"
 def graph_cancel(*, graph_run_id: int) -> GraphRun:
     """Cancel a pending or running graph (again: nothing changes). Raises GraphInputError
     for a graph that has ended or is rolling back after a failure."""
-    with transaction.atomic():
+    with tempo_atomic():
         graph = GraphRun.objects.select_for_update().filter(id=graph_run_id).first()
         if graph is None:
             raise GraphInputError(ERR_GRAPH_NOT_FOUND.format(graph=graph_run_id))

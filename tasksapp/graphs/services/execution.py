@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
-from django.db import transaction
 from django.utils import timezone
 
 from tasksapp.engine import retry
+from tasksapp.engine.db import tempo_atomic
 from tasksapp.engine.models import Job
 from tasksapp.graphs import sql
 from tasksapp.graphs.models import GraphRun, GraphState, Strategy, TaskRun, TaskState
@@ -68,7 +68,7 @@ def _current_plan(graph: GraphRun) -> Plan | None:
 def graph_start(*, job_id: int) -> dict[str, Any]:
     """pending → running: one TaskRun per task, and a child job for each task that runs
     after no other. Runs in the parent job's transaction, so it happens once."""
-    with transaction.atomic(savepoint=False):
+    with tempo_atomic(savepoint=False):
         graph = GraphRun.objects.select_for_update().get(job_id=job_id)
         if graph.state != GraphState.PENDING:
             return {"graph_run_id": graph.id, "state": graph.state}
@@ -217,7 +217,7 @@ def task_run_execute(
     outcome = None
     if read.graph_state == GraphState.RUNNING:
         outcome = _run(read, lost=_lost_worker(job_id, attempt, max_attempts))
-    with transaction.atomic(savepoint=False):
+    with tempo_atomic(savepoint=False):
         return {"task": read.task, **_settle(read, task_run_id, job_id, outcome)}
 
 

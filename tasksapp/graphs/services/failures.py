@@ -23,10 +23,10 @@ import datetime as dt
 import logging
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from tasksapp.engine import Snooze
+from tasksapp.engine.db import tempo_atomic
 from tasksapp.engine.models import Delivery, Job, JobState
 from tasksapp.engine.models.jobs import FINAL_STATES
 from tasksapp.engine.services import job_cancel_waiting, job_schedule
@@ -195,7 +195,7 @@ def after_settled(graph: GraphRun) -> None:
 def _rollback_next(graph_run_id: int) -> TaskRun | None:
     """The latest completed task not rolled back yet; None (and the graph rolled back)
     when none is left, or None if the graph is not rolling back."""
-    with transaction.atomic():
+    with tempo_atomic():
         graph = locked(graph_run_id)
         if graph.state != GraphState.ROLLING_BACK:
             return None
@@ -210,7 +210,7 @@ def _rollback_next(graph_run_id: int) -> TaskRun | None:
 
 
 def _rollback_failed(graph_run_id: int, run: TaskRun, error: str) -> None:
-    with transaction.atomic():
+    with tempo_atomic():
         graph = locked(graph_run_id)
         message = ERR_ROLLBACK_FAILED.format(task=run.task, error=error)
         TaskRun.objects.filter(id=run.id).update(
@@ -220,7 +220,7 @@ def _rollback_failed(graph_run_id: int, run: TaskRun, error: str) -> None:
 
 
 def _rolled_back(graph_run_id: int, run: TaskRun) -> None:
-    with transaction.atomic():
+    with tempo_atomic():
         locked(graph_run_id)
         TaskRun.objects.filter(id=run.id, state=TaskState.SUCCEEDED).update(
             state=TaskState.ROLLED_BACK
@@ -231,7 +231,7 @@ def _tasks_still_running(graph_run_id: int) -> bool:
     """Whether a task of the graph still runs (a cancelled graph's rollback job waits for
     it: its success is rolled back too). A task whose child job ended without an outcome
     (cancelled at its start, or after its worker died) is skipped."""
-    with transaction.atomic():
+    with tempo_atomic():
         locked(graph_run_id)
         ready = TaskRun.objects.filter(graph_run_id=graph_run_id, state=TaskState.READY)
         ended = ready.filter(job__state__in=FINAL_STATES)

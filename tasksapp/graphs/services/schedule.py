@@ -7,9 +7,9 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
+from tasksapp.engine.db import tempo_atomic
 from tasksapp.engine.jsonvalues import JsonValueError, checked_json
 from tasksapp.engine.models import Delivery
 from tasksapp.engine.options import JobOptionsError, validated_handler, validated_retry_policy
@@ -161,7 +161,7 @@ def graph_job_schedule_or_get(
     max_task_attempts = _bounded(max_task_attempts, field="max_task_attempts", low=1, high=100)
     on_complete = _validated_on_complete(on_complete)
     plan = _planned(has, wants)
-    with transaction.atomic():
+    with tempo_atomic():
         try:
             job, created = job_schedule_or_get(
                 handler=START_HANDLER,

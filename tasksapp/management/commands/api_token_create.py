@@ -4,12 +4,12 @@ import getpass
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
 from django.views.decorators.debug import sensitive_variables
 
 from tasksapp.web.models import OperatorAction
 from tasksapp.web.operators import operator_action_record
 from tasksapp.web.tokens import TokenInputError, api_token_issue
+from tasksapp.web.transactions import audited_atomic
 
 
 def _who() -> str:
@@ -36,7 +36,7 @@ class Command(BaseCommand):
         if owner is None:
             raise CommandError(f"no user {opts['username']!r}.")
         try:
-            with transaction.atomic():
+            with audited_atomic():
                 # Whoever runs manage.py has the database already: the command is trusted.
                 token, key = api_token_issue(owner=owner, name=opts["name"], trusted=True)
                 operator_action_record(

@@ -8,9 +8,9 @@ import random
 from collections import Counter
 
 from django.core.management.base import BaseCommand
-from django.db import transaction
 from django.utils import timezone
 
+from tasksapp.engine.db import tempo_atomic
 from tasksapp.engine.models import Delivery, Job
 from tasksapp.engine.services import job_schedule
 from tasksapp.schedules.models import Schedule
@@ -75,7 +75,7 @@ class Command(BaseCommand):
         jobs = demo_jobs(now=timezone.now(), count=count, seconds=seconds, batch=batch)
         keys = [job["idempotency_key"] for job in jobs]
         existing = Job.objects.filter(idempotency_key__in=keys).count()
-        with transaction.atomic():
+        with tempo_atomic():
             for job in jobs:
                 job_schedule(**job)
         kinds = Counter(job["handler"].rsplit(".", 1)[1] for job in jobs)

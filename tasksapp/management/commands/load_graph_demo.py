@@ -8,10 +8,10 @@ from __future__ import annotations
 import datetime as dt
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
 from django.utils import timezone
 
 from tasksapp.demo.graph_tasks import DEFAULT_FAILURE_RATE, DEMO_JOBS
+from tasksapp.engine.db import tempo_atomic
 from tasksapp.graphs.models import GraphRun, Strategy
 from tasksapp.graphs.services import GraphInputError, graph_job_schedule
 
@@ -80,7 +80,7 @@ class Command(BaseCommand):
         keys = [job["idempotency_key"] for job in jobs]
         existing = GraphRun.objects.filter(job__idempotency_key__in=keys).count()
         try:
-            with transaction.atomic():
+            with tempo_atomic():
                 graphs = [graph_job_schedule(**job) for job in jobs]
         except GraphInputError as exc:
             raise CommandError(str(exc)) from exc

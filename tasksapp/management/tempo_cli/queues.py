@@ -6,13 +6,13 @@ from argparse import ArgumentParser
 from typing import Any
 
 from django.core.management.base import CommandError
-from django.db import transaction
 
 from tasksapp.engine.models import JobQueue
 from tasksapp.engine.queues import queue_configure
 from tasksapp.engine.services import JobInputError
 from tasksapp.web.models import OperatorAction
 from tasksapp.web.operators import operator_action_record
+from tasksapp.web.transactions import audited_atomic
 
 from . import subcommand, who
 
@@ -25,7 +25,7 @@ def _set_paused(command, name: str, paused: bool) -> None:
     """queue_configure, recorded as the dashboard's pause and resume are."""
     action = "queue_pause" if paused else "queue_resume"
     try:
-        with transaction.atomic():
+        with audited_atomic():
             was = JobQueue.objects.filter(name=name).values_list("paused", flat=True).first()
             queue = queue_configure(name=name, paused=paused)
             operator_action_record(

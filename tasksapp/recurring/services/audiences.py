@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.contrib.contenttypes.models import ContentType
-from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from tasksapp.engine.db import tempo_atomic, tempo_connection
 from tasksapp.recurring import phases, sql
-from tasksapp.recurring.audiences import AudienceError, audience_queryset
+from tasksapp.recurring.audiences import AudienceError, audience_queryset, check_same_database
 from tasksapp.recurring.models import RecurringTask, SlicePlan
 
 from .errors import PlanningInputError
@@ -84,12 +84,14 @@ def audience_objects_changed(*, task: RecurringTask, keys: Sequence[object]) -> 
 
 
 def _sync(task: RecurringTask, *, only: list[str] | None, now: dt.datetime) -> AudienceSync:
-    if connection.vendor != "postgresql":
-        raise PlanningInputError(ERR_AUDIENCE_DATABASE.format(vendor=connection.vendor))
-    with transaction.atomic():
+    db = tempo_connection()
+    if db.vendor != "postgresql":
+        raise PlanningInputError(ERR_AUDIENCE_DATABASE.format(vendor=db.vendor))
+    with tempo_atomic():
         task = RecurringTask.objects.select_for_update().get(pk=task.pk)  # as stored now
         try:
             queryset = audience_queryset(task.audience, task.audience_filter)
+            check_same_database(queryset)
         except AudienceError as exc:
             raise PlanningInputError(str(exc)) from exc
         if only is not None:
@@ -117,9 +119,9 @@ def _sync(task: RecurringTask, *, only: list[str] | None, now: dt.datetime) -> A
         planned = _plan_joined(task, joined_at=joined_at, now=now) if joined else 0
         meta = model._meta
         orphans = sql.AUDIENCE_ORPHANS_DELETE.format(
-            table=connection.ops.quote_name(meta.db_table),
-            pk=connection.ops.quote_name(meta.pk.column),
-            pk_type=meta.pk.rel_db_type(connection),
+            table=db.ops.quote_name(meta.db_table),
+            pk=db.ops.quote_name(meta.pk.column),
+            pk_type=meta.pk.rel_db_type(db),
         )
         _execute(orphans, params)
     return AudienceSync(joined, left, planned, cancelled, restored)
@@ -127,7 +129,7 @@ def _sync(task: RecurringTask, *, only: list[str] | None, now: dt.datetime) -> A
 
 def _fill_audience(queryset) -> None:
     query, query_params = queryset.order_by().values_list("pk").query.sql_with_params()
-    with connection.cursor() as cursor:
+    with tempo_connection().cursor() as cursor:
         cursor.execute(sql.AUDIENCE_TEMP_CREATE)
         cursor.execute(sql.AUDIENCE_TEMP_CLEAR)
         cursor.execute(sql.AUDIENCE_TEMP_FILL.format(query=query), query_params)
@@ -144,6 +146,6 @@ def _plan_joined(task: RecurringTask, *, joined_at: dt.datetime, now: dt.datetim
 
 
 def _execute(statement: str, params: dict, *, fetch: bool = False):
-    with connection.cursor() as cursor:
+    with tempo_connection().cursor() as cursor:
         cursor.execute(statement, params)
         return cursor.fetchall() if fetch else cursor.rowcount

@@ -8,10 +8,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.db.models import Max
 from django.utils import timezone
 
+from tasksapp.engine.db import tempo_atomic
 from tasksapp.recurring import phases
 from tasksapp.recurring.models import FreeOrdinal, Member, SlicePlan
 from tasksapp.recurring.selectors.schedules import slice_plans_open
@@ -46,7 +47,7 @@ def member_create_many(*, external_ids: Sequence[str]) -> list[Member]:
     if taken:
         raise PlanningInputError(ERR_MEMBER_EXISTS.format(ids=", ".join(sorted(taken))))
     try:
-        with transaction.atomic():
+        with tempo_atomic():
             ordinals = _take_ordinals(len(ids))
             members = Member.objects.bulk_create(
                 Member(external_id=e, ordinal=o, phase=phases.phase_for(strategy, ordinal=o))
@@ -118,7 +119,7 @@ def _in_chunks(member_ids: Sequence[int], change: Callable[..., tuple[int, int]]
     ids = _validated_member_ids(member_ids)
     members = jobs = 0
     for start in range(0, len(ids), MEMBER_CHUNK):
-        with transaction.atomic():
+        with tempo_atomic():
             lock_active_tasks_shared()
             changed, moved = change(ids=ids[start : start + MEMBER_CHUNK], now=timezone.now())
         members, jobs = members + changed, jobs + moved

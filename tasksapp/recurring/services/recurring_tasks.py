@@ -7,9 +7,10 @@ import datetime as dt
 from dataclasses import replace
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError
 from django.utils import timezone
 
+from tasksapp.engine.db import tempo_atomic, tempo_connection
 from tasksapp.engine.jsonvalues import JsonValueError, checked_text
 from tasksapp.engine.models import Delivery
 from tasksapp.engine.options import (
@@ -144,7 +145,7 @@ def recurring_task_create(
         raise PlanningInputError(ERR_ACTIVE)
     ages = _validated_retention(retention)
     try:
-        with transaction.atomic():
+        with tempo_atomic():
             task = RecurringTask.objects.create(
                 name=name,
                 epoch=grid.start,
@@ -210,7 +211,7 @@ def recurring_task_update(
         priority=priority,
         concurrency_key=concurrency_key,
     )
-    with transaction.atomic():
+    with tempo_atomic():
         task = RecurringTask.objects.select_for_update().get(pk=task.pk)
         options = _validated_task_options(
             **{
@@ -239,8 +240,8 @@ def _validated_audience(audience: Any, audience_filter: Any) -> tuple[str, dict]
         label, filters = validated_audience(audience, audience_filter)
     except AudienceError as exc:
         raise PlanningInputError(str(exc)) from exc
-    if label and connection.vendor != "postgresql":
-        raise PlanningInputError(ERR_AUDIENCE_DATABASE.format(vendor=connection.vendor))
+    if label and tempo_connection().vendor != "postgresql":
+        raise PlanningInputError(ERR_AUDIENCE_DATABASE.format(vendor=tempo_connection().vendor))
     return label, filters
 
 

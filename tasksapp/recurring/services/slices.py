@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
+from tasksapp.engine.db import tempo_atomic
 from tasksapp.engine.store import job_store
 from tasksapp.engine.store.rows import JobTemplate, MemberSlice
 from tasksapp.recurring import sql
@@ -64,7 +64,7 @@ def slice_plan(
     late grace (older ones are counted as missed). Done once: planning the same slice
     again returns the first plan and changes nothing."""
     now = now or timezone.now()
-    with transaction.atomic():
+    with tempo_atomic():
         task = RecurringTask.objects.select_for_update().get(pk=task.pk)
         plan = SlicePlan.objects.filter(task=task, period=period, slice_index=slice_index).first()
         if plan is not None:

@@ -22,9 +22,9 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection
 from django.utils import timezone
 
+from tasksapp.engine.db import tempo_connection
 from tasksapp.schedules.models import Catchup, RunOutcome, ScheduleRun
 from tasksapp.schedules.settings import schedule_settings
 
@@ -86,9 +86,9 @@ def late_run_decided(
 
 def database_now() -> dt.datetime:
     """The database clock now (this machine's without PostgreSQL)."""
-    if connection.vendor != "postgresql":
+    if tempo_connection().vendor != "postgresql":
         return timezone.now()
-    with connection.cursor() as cursor:
+    with tempo_connection().cursor() as cursor:
         cursor.execute("SELECT clock_timestamp()")
         return cursor.fetchone()[0]
 

@@ -23,9 +23,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
+from tasksapp.engine.db import tempo_atomic
 from tasksapp.engine.models import Job
 from tasksapp.engine.store import job_store
 from tasksapp.engine.store.rows import NewJob
@@ -264,7 +264,7 @@ def schedules_plan_due(*, now: dt.datetime | None = None) -> PlanSummary:
     until = now + dt.timedelta(seconds=config.horizon_seconds)
     summary = PlanSummary()
     while True:
-        with transaction.atomic():
+        with tempo_atomic():
             due = _due(until).select_for_update(skip_locked=True)
             batch = list(due[: config.batch_size])
             if not batch:
@@ -280,7 +280,7 @@ def schedule_plan(*, schedule_id: int, now: dt.datetime | None = None) -> PlanSu
     now = now or timezone.now()
     until = now + dt.timedelta(seconds=schedule_settings().horizon_seconds)
     summary = PlanSummary()
-    with transaction.atomic():
+    with tempo_atomic():
         while True:
             schedule = _due(until).select_for_update().filter(id=schedule_id).first()
             if schedule is None:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.utils import timezone
 
+from tasksapp.engine.db import tempo_atomic
 from tasksapp.engine.models import Delivery, Job
 from tasksapp.engine.models.jobs import DUE_STATES
 from tasksapp.engine.options import (
@@ -195,9 +196,9 @@ def schedule_create(
         {name: value for name, value in locals().items() if name in EDITABLE}
     )
     now = _now()
-    with transaction.atomic():
+    with tempo_atomic():
         try:
-            with transaction.atomic():
+            with tempo_atomic():
                 schedule = Schedule.objects.create(**values, planned_until=now, created_at=now)
         except IntegrityError as exc:
             raise ScheduleInputError(ERR_NAME_TAKEN.format(name=values["name"])) from exc
@@ -228,7 +229,7 @@ def schedule_update(*, schedule_id: int, **changes: Any) -> Schedule:
         raise ScheduleInputError(
             ERR_UNKNOWN_FIELDS.format(names=", ".join(unknown), editable=", ".join(EDITABLE))
         )
-    with transaction.atomic():
+    with tempo_atomic():
         schedule = _locked(schedule_id)
         current = {name: getattr(schedule, name) for name in EDITABLE}
         if "cron" in changes and changes["cron"] and "every" not in changes:
@@ -237,7 +238,7 @@ def schedule_update(*, schedule_id: int, **changes: Any) -> Schedule:
             changes["cron"] = ""
         values = validated_schedule(current | changes)
         try:
-            with transaction.atomic():
+            with tempo_atomic():
                 Schedule.objects.filter(id=schedule.id).update(**values, updated_at=_now())
         except IntegrityError as exc:
             raise ScheduleInputError(ERR_NAME_TAKEN.format(name=values["name"])) from exc
@@ -297,7 +298,7 @@ def schedule_resume(*, schedule_id: int) -> Schedule:
 
 def schedule_run_now(*, schedule_id: int) -> ScheduleRun:
     """One extra run now, beside the fire times (the overlap policy applies to it)."""
-    with transaction.atomic():
+    with tempo_atomic():
         schedule = _locked(schedule_id)
         now = _now()
         key = KEY_PREFIX.format(schedule_id=schedule.id) + "run-now:" + fire_key(now)
@@ -316,7 +317,7 @@ def schedule_run_now(*, schedule_id: int) -> ScheduleRun:
 def schedule_delete(*, schedule_id: int) -> dict[str, Any]:
     """Delete the schedule and its runs; its waiting jobs are cancelled (running ones
     finish)."""
-    with transaction.atomic():
+    with tempo_atomic():
         schedule = _locked(schedule_id)
         cancelled = _cancel_waiting(schedule, by="delete")
         name = schedule.name

@@ -16,11 +16,11 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from django.db import connection
 from django.db.models import Count, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
+from tasksapp.engine.db import tempo_connection
 from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState, WorkerProcess
 from tasksapp.engine.settings import tempo_settings
 from tasksapp.retention.history import job_history
@@ -78,11 +78,11 @@ FROM (SELECT extract(epoch FROM started_at - run_at)::float8 AS lag
 
 
 def _postgres() -> bool:
-    return connection.vendor == "postgresql"
+    return tempo_connection().vendor == "postgresql"
 
 
 def _fetch(statement: str, params: dict[str, Any]) -> list[tuple]:
-    with connection.cursor() as cursor:
+    with tempo_connection().cursor() as cursor:
         cursor.execute(statement, params)
         return cursor.fetchall()
 
