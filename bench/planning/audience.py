@@ -4,7 +4,9 @@
 
 For each population, against a fresh database of its own (dropped at the end):
 N `auth.User` rows and N plain members (no audience) filled by set-based SQL
-(INSERT ... SELECT generate_series), then
+(INSERT ... SELECT generate_series) with the two tables' secondary indexes and unique
+constraints dropped, built again after the fill (one sort each, not N insertions), then
+VACUUM ANALYZE; then
 
 1. three daily tasks over `auth.User` with `audience_filter={"is_active": True}` and
    golden phases (their own shifts), then three with `phase_strategy="random"`; each
@@ -23,6 +25,12 @@ N `auth.User` rows and N plain members (no audience) filled by set-based SQL
    signals), then every task's `audience_sync` timed (members leaving, their planned
    jobs cancelled) and evenness of what is left.
 
+With --private-postgres the databases are made on a PostgreSQL server of the bench's own
+(initdb, pg_ctl: tests/processes/support.py), started under `nice -n 19` with
+--pg-setting name=value settings, so its load yields to other benchmarks on the machine;
+removed at the end. The results file is written after each step, so a run stopped early
+keeps what finished.
+
 Results: bench/results/planning-audience.json and the "bench/planning/audience" section of
 docs/BENCHMARKS.md.
 """
@@ -32,6 +40,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -73,6 +82,18 @@ FORMER_SLICE = """
       AND (%(member_ids)s::bigint[] IS NULL OR am.member_id = ANY(%(member_ids)s::bigint[]))
       AND (%(joined_at)s::timestamptz IS NULL OR am.joined_at = %(joined_at)s)"""
 
+# The filled tables' secondary indexes (all but the primary key) and the unique
+# constraints they back: dropped before the fill, made again after it.
+SECONDARY_INDEXES = """
+SELECT c.relname, pg_get_indexdef(i.indexrelid), con.conname, pg_get_constraintdef(con.oid)
+FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+LEFT JOIN pg_constraint con
+       ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.contype = 'u'
+WHERE i.indrelid = %(table)s::regclass AND NOT i.indisprimary
+ORDER BY c.relname
+"""
+FILLED_TABLES = ("auth_user", "tasksapp_member")
+
 PEAK = f"""
 SELECT coalesce(max(count), 0), coalesce(sum(count), 0), count(*) FROM ({PER_SECOND}) p
 """
@@ -89,6 +110,19 @@ def parse() -> argparse.Namespace:
     )
     parser.add_argument("--churn", type=float, default=0.10, help="share of users deactivated")
     parser.add_argument("--name", default="planning-audience", help="results file name")
+    parser.add_argument(
+        "--reconcile-tasks", type=int, default=3, help="tasks of each strategy reconciled"
+    )
+    parser.add_argument(
+        "--private-postgres", action="store_true", help="a niced server of the bench's own"
+    )
+    parser.add_argument(
+        "--pg-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of the private server (repeatable)",
+    )
     return parser.parse_args()
 
 
@@ -151,9 +185,11 @@ def statement_name(text: str) -> str:
 
 
 def fill(conn, users: int) -> dict:
+    """The users and plain members, set-based, their secondary indexes built after."""
     from tasksapp.recurring import sql as planning_sql
 
     began = time.perf_counter()
+    dropped = [drop_secondary(conn, table) for table in FILLED_TABLES]
     for start in range(0, users, FILL_CHUNK):
         stop = min(start + FILL_CHUNK, users)
         conn.execute(FILL_USERS, {"start": start, "stop": stop})
@@ -162,9 +198,33 @@ def fill(conn, users: int) -> dict:
         )
         print(f"\r  users and plain members {stop:>12,} / {users:,}", end="", flush=True)
     print()
-    conn.execute("VACUUM ANALYZE auth_user")
-    conn.execute("VACUUM ANALYZE tasksapp_member")
-    return {"seconds": round(time.perf_counter() - began, 1)}
+    filled = time.perf_counter()
+    for relation, indexes in zip(FILLED_TABLES, dropped, strict=True):
+        for _, definition, constraint, constraint_definition in indexes:
+            if constraint:
+                conn.execute(f'ALTER TABLE {relation} ADD CONSTRAINT "{constraint}" '
+                             f"{constraint_definition}")  # fmt: skip
+            else:
+                conn.execute(definition)
+    indexed = time.perf_counter()
+    for relation in FILLED_TABLES:
+        conn.execute(f"VACUUM ANALYZE {relation}")
+    return {
+        "seconds": round(time.perf_counter() - began, 1),
+        "rows_s": round(filled - began, 1),
+        "indexes_s": round(indexed - filled, 1),
+    }
+
+
+def drop_secondary(conn, relation: str) -> list[tuple]:
+    """Drop the table's secondary indexes and unique constraints; their definitions."""
+    indexes = conn.execute(SECONDARY_INDEXES, {"table": relation}).fetchall()
+    for name, _, constraint, _ in indexes:
+        if constraint:
+            conn.execute(f'ALTER TABLE {relation} DROP CONSTRAINT "{constraint}"')
+        else:
+            conn.execute(f'DROP INDEX "{name}"')
+    return indexes
 
 
 def make_task(name: str, slices: int, epoch: datetime, **audience):
@@ -243,20 +303,22 @@ def explain_slice(task, slices: int, index: int, epoch: datetime) -> str:
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
-def run_size(users: int, args) -> dict:
+def run_size(users: int, args, out: dict, save, server: str = "") -> dict:
     from django.contrib.auth.models import User
     from django.db import connection, connections
     from django.db.models.expressions import RawSQL
 
     from tasksapp.recurring.services import audience_sync
 
-    out: dict = {"users": users}
-    with BenchDatabase("bench_h6_audience") as db, db.connect() as conn:
+    out["users"] = users
+    with BenchDatabase("bench_h6_audience", server=server) as db, db.connect() as conn:
         os.environ["DATABASE_URL"] = db.url
         connections.close_all()
         connections["default"].settings_dict["NAME"] = db.name
         print(f"{users:,} users: filling")
         out["fill"] = fill(conn, users)
+        print(f"  filled {out['fill']}")
+        save()
         epoch = datetime(2030, 1, 1, tzinfo=UTC)  # ahead: every member is planned
         audience = {"audience": "auth.User", "audience_filter": {"is_active": True}}
         strategies = ["golden"] + ([] if args.skip_random else ["random"])
@@ -272,6 +334,7 @@ def run_size(users: int, args) -> dict:
                 row = {"task": task.name, "joined": done.joined, **cost}
                 out["sync"].append(row)
                 print(f"  first sync {row}")
+                save()
                 tasks[strategy].append(task)
         # What autovacuum does after the first syncs' inserts (the plain members had theirs).
         conn.execute("VACUUM ANALYZE tasksapp_audiencemember")
@@ -286,6 +349,7 @@ def run_size(users: int, args) -> dict:
             )
         for row in out["evenness"]:
             print(f"  evenness {row}")
+        save()
 
         plain = make_task("plain", args.slices, epoch)
         out["slices"] = {"plain": plan_slices(plain, args.slices, args.repeats, epoch)}
@@ -301,6 +365,7 @@ def run_size(users: int, args) -> dict:
         out["explain"]["audience"] = explain_slice(tasks["golden"][0], args.slices, 5, epoch)
         for kind, text in out["explain"].items():
             print(f"  EXPLAIN {kind}:\n{text}")
+        save()
 
         # 10 % of the users leave the audience behind the signals' back.
         gone = int(users * args.churn)
@@ -310,7 +375,7 @@ def run_size(users: int, args) -> dict:
         out["churn"] = {"users": changed, "update_s": round(time.perf_counter() - began, 2)}
         out["reconcile"] = []
         for group in tasks.values():
-            for task in group:
+            for task in group[: args.reconcile_tasks]:
                 cost, done = measured(lambda task=task: audience_sync(task=task))
                 row = {
                     "task": task.name,
@@ -320,6 +385,7 @@ def run_size(users: int, args) -> dict:
                 }
                 out["reconcile"].append(row)
                 print(f"  reconcile {row}")
+                save()
         out["evenness_after"] = [
             {"strategy": s, "of": "sum of 3", **evenness(conn, [t.id for t in group])}
             for s, group in tasks.items()
@@ -435,24 +501,48 @@ def render(data: dict) -> str:
 
 def main() -> None:
     args = parse()
+    server = start_private(args) if args.private_postgres else None
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "schedapp.settings")
-    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    base = server.url.rsplit("/", 1)[0] if server else ""
+    os.environ["DATABASE_URL"] = f"{base or 'postgres://postgres@127.0.0.1:5432'}/postgres"
     import django
 
     django.setup()
-    sizes = []
-    for users in args.users:
-        sizes.append(run_size(users, args))
+    sizes: list[dict] = []
+
+    def save() -> dict:
         data = {
             "machine": machine(),
             "postgres": postgres_version(),
             "load_average": os.getloadavg(),
             "slices": args.slices,
+            "command": " ".join(["python -m bench.planning.audience", *sys.argv[1:]]),
+            "server": "private, nice -n 19" if server else "shared",
+            "pg_settings": dict(s.split("=", 1) for s in args.pg_setting),
             "sizes": sizes,
         }
-        path = write_json(args.name, data)
-        print(render(data))
-        print(f"results: {path}")
+        write_json(args.name, data)
+        return data
+
+    try:
+        for users in args.users:
+            sizes.append({})
+            run_size(users, args, sizes[-1], save, server=base)
+            print(render(save()))
+            print(f"results: bench/results/{args.name}.json")
+    finally:
+        if server:
+            server.stop()
+
+
+def start_private(args):
+    """A PostgreSQL server of the bench's own, niced (its backends with it)."""
+    from tests.processes.support import PrivatePostgres
+
+    settings = dict(s.split("=", 1) for s in args.pg_setting)
+    server = PrivatePostgres(nice=19, settings=settings).start()
+    print(f"private PostgreSQL (nice 19) at {server.url}, {settings}")
+    return server
 
 
 if __name__ == "__main__":

@@ -190,7 +190,7 @@ Latest: {data["date"][:16].replace("T", " ")} UTC, {m["cores"]} cores, {m["memor
 Python {m["python"]}, {data["postgres"]}; the machine was shared.
 
 {table(rows, list(rows[0]))}
-{before(data)}"""
+{before(data)}{phase_lookup(data)}"""
 
 
 def before(data: dict) -> str:
@@ -221,6 +221,42 @@ cost grew with the slices planned; the batch statement finds each job by its key
 the member's slice, and its cost stays with the members and their jobs. The spread
 between the rows of the first table is mostly the shared machine's (the same single call
 took 4.6 to 29 ms in one run).
+"""
+
+
+def phase_lookup(data: dict) -> str:
+    """The batch passes before and after the statements looked each member up at its
+    phase in each task (the results file's `phase_lookup`, written by hand from two runs
+    of the command: the former code is in git only)."""
+    found = data.get("phase_lookup")
+    if not found:
+        return ""
+    rows = []
+    for r in found["runs"]:
+        passes = {p["call"]: p["wall_s"] for p in r["passes"]}
+        rows.append(
+            {
+                "code": r["code"],
+                "members": f"{r['population']:,}",
+                "slices": r["slices"],
+                "one by one, ms a call": f"{r['single']['wall_ms']:.1f}",
+                "deactivate_many (s)": f"{passes['member_deactivate_many']:.1f}",
+                "activate_many (s)": f"{passes['member_activate_many']:.1f}",
+                "delete_many (s)": f"{passes['member_delete_many']:.1f}",
+            }
+        )
+    return f"""
+Each member's jobs looked up at its own phase in every task, and at its phase in each
+task (an audience task's shifted or random phase, read from the member's audience-member
+rows in the same statement), the same command twice in one sitting ({found["date"]};
+{found["note"]}):
+
+    .venv/bin/{found["command"]}
+
+{table(rows, list(rows[0]))}
+
+The task without audience costs what it did: the statements join its plans to their task
+once and look its members up in its grids alone.
 """
 
 

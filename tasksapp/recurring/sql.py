@@ -89,96 +89,126 @@ FROM generate_series(%(start)s::bigint, %(stop)s::bigint - 1) AS n
 """
 
 # --- members leaving and coming back, a batch per statement ------------------------------
-# The keys of the planned jobs of the members in `{members}` (a relation of id, phase):
-# one key per slice plan of `plans` whose phase range holds the member. A plan is found by
-# its grid (slices, slice_index) from the member's phase, its neighbours tried too and the
-# exact bounds of `slice_bounds` checked, so the cost follows the members, not the number
-# of slices planned.
+# The keys of the planned jobs of the members in `{members}` (a relation of id, phase,
+# phase_task): one key per slice plan of `plans` whose task plans that phase and whose
+# phase range holds it. `phase_task` names whose phase it is: 0, the member's own, which
+# the tasks without audience plan; an audience task's id, the member's phase in that task
+# (shifted or random, on its audience-member row), which only that task plans. A plan is
+# found by its phases and grid (phase_task, slices, slice_index) from the phase, its
+# neighbours tried too and the exact bounds of `slice_bounds` checked, so the cost
+# follows the members, not the number of slices planned.
 SLICE_PLAN_TABLE = "tasksapp_sliceplan"
 _MEMBER_JOB_KEYS = """
     SELECT 'plan:' || p.task_id || ':' || p.period || ':' || m.id AS key, p.id AS plan_id,
            m.id AS member_id, m.phase, p.period_start, p.period_length
-    FROM (SELECT m.id, m.phase, g.slices, floor(m.phase * g.slices)::int + near.step AS slice_index
+    FROM (SELECT m.id, m.phase, m.phase_task, g.slices,
+                 floor(m.phase * g.slices)::int + near.step AS slice_index
           FROM {members} m
-          CROSS JOIN (SELECT DISTINCT slices FROM plans) g
+          JOIN (SELECT DISTINCT phase_task, slices FROM plans) g ON g.phase_task = m.phase_task
           CROSS JOIN (VALUES (-1), (0), (1)) AS near(step)
-          OFFSET 0) m  -- not flattened: the plans are hashed once, by grid and index
-    JOIN plans p ON p.slices = m.slices AND p.slice_index = m.slice_index
+          OFFSET 0) m  -- not flattened: the plans are hashed once, by phases, grid and index
+    JOIN plans p ON p.phase_task = m.phase_task AND p.slices = m.slices
+                AND p.slice_index = m.slice_index
     WHERE m.phase >= p.slice_index::float8 / p.slices
       AND m.phase < (p.slice_index + 1)::float8 / p.slices"""
+# Whose phases a task's plans hold (see _MEMBER_JOB_KEYS).
+_PHASE_TASK = "CASE WHEN t.audience = '' THEN 0 ELSE t.id END AS phase_task"
 # Plans whose jobs may still wait or retry (selectors.slice_plans_with_pending_jobs).
 _PENDING_PLANS = f"""plans AS (
-    SELECT id, task_id, period, slice_index, slices, period_start, period_length
-    FROM {SLICE_PLAN_TABLE} WHERE ends_at + period_length > %(now)s)"""
+    SELECT p.id, p.task_id, p.period, p.slice_index, p.slices, p.period_start, p.period_length,
+           {_PHASE_TASK}
+    FROM {SLICE_PLAN_TABLE} p
+    JOIN {TASK_TABLE} t ON t.id = p.task_id
+    WHERE p.ends_at + p.period_length > %(now)s)"""
 # Plans of active tasks whose window has not ended (selectors.slice_plans_open).
 _OPEN_PLANS = f"""plans AS (
     SELECT p.id, p.task_id, p.period, p.slice_index, p.slices, p.period_start, p.period_length,
-           t.timezone <> 'UTC' AS zoned
+           {_PHASE_TASK}, t.timezone <> 'UTC' AS zoned
     FROM {SLICE_PLAN_TABLE} p
     JOIN {TASK_TABLE} t ON t.id = p.task_id AND t.active
     WHERE p.ends_at > %(now)s)"""
+# The phases of members `{members}` (id, phase, content_type_id) and of their
+# audience-member rows `{rows}` (id, phase, phase_task): a member an audience brought in
+# is planned by its audience tasks alone, at its phase in each.
+_PHASES = """phases AS (
+    SELECT id, phase, 0::bigint AS phase_task FROM {members} WHERE content_type_id IS NULL
+    UNION ALL
+    SELECT id, phase, phase_task FROM {rows})"""
 # The jobs are found by key, one probe of the unique index each. Their guards (state, run
 # time) are written `(...) IS TRUE`, which no index serves: a guard's index never drives
 # the statement, whatever the row estimates of members changed in the same statement
 # (none, as the statistics see them, for a batch being activated).
 #
-# The waiting jobs of `{members}` cancelled, as job_cancel_waiting cancels one: a job
-# claimed meanwhile is not interrupted, that occurrence runs.
+# The waiting jobs of the members' `phases` cancelled, as job_cancel_waiting cancels one:
+# a job claimed meanwhile is not interrupted, that occurrence runs.
 _CANCEL_WAITING = f"""cancelled AS (
     UPDATE {JOB_TABLE} j SET state = {CANCELLED}, finished_at = %(now)s, lease_expires_at = NULL
-    FROM ({_MEMBER_JOB_KEYS}) k
+    FROM ({_MEMBER_JOB_KEYS.format(members="phases")}) k
     WHERE j.idempotency_key = k.key AND (j.state IN ({DUE})) IS TRUE
     RETURNING 1)"""
-_CANCEL_GONE = _CANCEL_WAITING.format(members="gone")
-_CANCEL_CHANGED = _CANCEL_WAITING.format(members="changed")
 # The members inactive before the statement, as it found them (`changed` is what the update
 # did; a CTE's own row estimate, unlike the member table's, does not take inactive members
-# for rare and plan the jobs' lookup as if there were one).
-_ASKED_KEYS = _MEMBER_JOB_KEYS.format(members="(SELECT id, phase FROM asked WHERE inactive)")
+# for rare and plan the jobs' lookup as if there were one), and their audience-member rows.
+_ASKED_PHASES = _PHASES.format(
+    members="(SELECT * FROM asked WHERE inactive) a",
+    rows=f"""(SELECT am.member_id AS id, am.phase, am.task_id AS phase_task
+              FROM {AUDIENCE_MEMBER_TABLE} am JOIN asked a ON a.id = am.member_id
+              WHERE a.inactive) r""",
+)
 
-# Members deleted, their ordinals freed for the next members created, their waiting jobs
-# cancelled: (members deleted, jobs cancelled).
+# Members deleted (their audience-member rows with them), their ordinals freed for the
+# next members created, their waiting jobs in every task cancelled:
+# (members deleted, jobs cancelled).
 DELETE_MEMBERS = f"""
 WITH {_PENDING_PLANS},
 gone AS (
-    DELETE FROM {MEMBER_TABLE} WHERE id = ANY(%(ids)s::bigint[]) RETURNING id, ordinal, phase),
+    DELETE FROM {MEMBER_TABLE} WHERE id = ANY(%(ids)s::bigint[])
+    RETURNING id, ordinal, phase, content_type_id),
+dropped AS (
+    DELETE FROM {AUDIENCE_MEMBER_TABLE} am USING gone g WHERE am.member_id = g.id
+    RETURNING am.member_id AS id, am.phase, am.task_id AS phase_task),
 freed AS (
     INSERT INTO {FREE_ORDINAL_TABLE} (ordinal) SELECT ordinal FROM gone
     ON CONFLICT DO NOTHING),
-{_CANCEL_GONE}
+{_PHASES.format(members="gone", rows="dropped")},
+{_CANCEL_WAITING}
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM cancelled)
 """
 
 # Active members deactivated (phase kept; their audience-member rows follow, which is
-# what an audience task's slice reads), their waiting jobs cancelled:
+# what an audience task's slice reads), their waiting jobs in every task cancelled:
 # (members deactivated, jobs cancelled).
 DEACTIVATE_MEMBERS = f"""
 WITH {_PENDING_PLANS},
 changed AS (
     UPDATE {MEMBER_TABLE} SET active = false
-    WHERE id = ANY(%(ids)s::bigint[]) AND active RETURNING id, phase),
+    WHERE id = ANY(%(ids)s::bigint[]) AND active RETURNING id, phase, content_type_id),
 followed AS (
-    UPDATE {AUDIENCE_MEMBER_TABLE} am SET active = false FROM changed c WHERE am.member_id = c.id),
-{_CANCEL_CHANGED}
+    UPDATE {AUDIENCE_MEMBER_TABLE} am SET active = false FROM changed c WHERE am.member_id = c.id
+    RETURNING am.member_id AS id, am.phase, am.task_id AS phase_task),
+{_PHASES.format(members="changed", rows="followed")},
+{_CANCEL_WAITING}
 SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM cancelled)
 """
 
 # Inactive members activated (their audience-member rows follow), their cancelled jobs
-# still ahead in the open slices scheduled again as job_retry does (same run time, one
-# more attempt allowed than used):
+# still ahead in the open slices of every task scheduled again as job_retry does (same run
+# time, one more attempt allowed than used):
 # (members activated, jobs restored, and the slice plans and members of the jobs still
 # ahead that are missing: slices planned while the members were away, each to be planned
 # for those members alone).
 ACTIVATE_MEMBERS = f"""
 WITH {_OPEN_PLANS},
 asked AS MATERIALIZED (
-    SELECT id, phase, NOT active AS inactive FROM {MEMBER_TABLE} WHERE id = ANY(%(ids)s::bigint[])),
+    SELECT id, phase, content_type_id, NOT active AS inactive
+    FROM {MEMBER_TABLE} WHERE id = ANY(%(ids)s::bigint[])),
 changed AS (
     UPDATE {MEMBER_TABLE} SET active = true
     WHERE id = ANY(%(ids)s::bigint[]) AND NOT active RETURNING id),
 followed AS (
     UPDATE {AUDIENCE_MEMBER_TABLE} am SET active = true FROM changed c WHERE am.member_id = c.id),
-keys AS ({_ASKED_KEYS}),
+{_ASKED_PHASES},
+keys AS ({_MEMBER_JOB_KEYS.format(members="phases")}),
 restored AS (
     UPDATE {JOB_TABLE} j SET state = {SCHEDULED}, finished_at = NULL, claimed_by = '',
         lease_expires_at = NULL, cancel_requested_at = NULL,
@@ -287,7 +317,8 @@ ON CONFLICT (task_id, member_id) DO NOTHING
 # waiting jobs are cancelled with the reason: (members left, jobs cancelled). Only the
 # objects `only` (keys as text) are looked at, if not NULL.
 _TASK_PENDING_PLANS = f"""plans AS (
-    SELECT id, task_id, period, slice_index, slices, period_start, period_length
+    SELECT id, task_id, period, slice_index, slices, period_start, period_length,
+           task_id AS phase_task
     FROM {SLICE_PLAN_TABLE} WHERE task_id = %(task_id)s AND ends_at + period_length > %(now)s)"""
 AUDIENCE_LEAVE = f"""
 WITH {_TASK_PENDING_PLANS},
@@ -297,7 +328,7 @@ gone AS (
       AND (%(only)s::text[] IS NULL OR m.object_id = ANY(%(only)s::text[]))
       AND NOT (m.content_type_id = %(ct)s AND EXISTS (
           SELECT FROM {AUDIENCE_TEMP} a WHERE a.object_id = m.object_id))
-    RETURNING am.member_id AS id, am.phase),
+    RETURNING am.member_id AS id, am.phase, am.task_id AS phase_task),
 cancelled AS (
     UPDATE {JOB_TABLE} j SET state = {CANCELLED}, finished_at = %(now)s,
         lease_expires_at = NULL, last_error = %(reason)s
@@ -311,10 +342,11 @@ SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM cancelled)
 # cancelled jobs still ahead in the task's open slices are scheduled again.
 AUDIENCE_RESTORE = f"""
 WITH plans AS (
-    SELECT id, task_id, period, slice_index, slices, period_start, period_length
+    SELECT id, task_id, period, slice_index, slices, period_start, period_length,
+           task_id AS phase_task
     FROM {SLICE_PLAN_TABLE} WHERE task_id = %(task_id)s AND ends_at > %(now)s),
 joined AS (
-    SELECT member_id AS id, phase FROM {AUDIENCE_MEMBER_TABLE}
+    SELECT member_id AS id, phase, task_id AS phase_task FROM {AUDIENCE_MEMBER_TABLE}
     WHERE task_id = %(task_id)s AND joined_at = %(joined_at)s)
 UPDATE {JOB_TABLE} j SET state = {SCHEDULED}, finished_at = NULL, claimed_by = '',
     lease_expires_at = NULL, cancel_requested_at = NULL, last_error = '',

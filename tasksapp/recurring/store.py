@@ -126,25 +126,25 @@ class SqliteRecurringStore:
         return counts
 
     def members_delete(self, *, ids: Sequence[int], now: dt.datetime) -> tuple[int, int]:
-        gone = list(Member.objects.filter(id__in=ids).values_list("id", "phase", "ordinal"))
-        jobs = _cancel_waiting([(m, phase) for m, phase, _ in gone], now)
-        Member.objects.filter(id__in=[m for m, _, _ in gone]).delete()
-        freed = [FreeOrdinal(ordinal=ordinal) for _, _, ordinal in gone]
+        gone = list(Member.objects.filter(id__in=ids).values_list("id", "ordinal"))
+        jobs = _cancel_waiting(_phases([m for m, _ in gone]), now)
+        Member.objects.filter(id__in=[m for m, _ in gone]).delete()  # and their rows in tasks
+        freed = [FreeOrdinal(ordinal=ordinal) for _, ordinal in gone]
         FreeOrdinal.objects.bulk_create(freed, ignore_conflicts=True)
         return len(gone), jobs
 
     def members_deactivate(self, *, ids: Sequence[int], now: dt.datetime) -> tuple[int, int]:
-        changed = list(Member.objects.filter(id__in=ids, active=True).values_list("id", "phase"))
-        Member.objects.filter(id__in=[m for m, _ in changed]).update(active=False)
-        AudienceMember.objects.filter(member_id__in=[m for m, _ in changed]).update(active=False)
-        return len(changed), _cancel_waiting(changed, now)
+        changed = list(Member.objects.filter(id__in=ids, active=True).values_list("id", flat=True))
+        Member.objects.filter(id__in=changed).update(active=False)
+        AudienceMember.objects.filter(member_id__in=changed).update(active=False)
+        return len(changed), _cancel_waiting(_phases(changed), now)
 
     def members_activate(self, *, ids: Sequence[int], now: dt.datetime) -> Activation:
-        changed = list(Member.objects.filter(id__in=ids, active=False).values_list("id", "phase"))
-        Member.objects.filter(id__in=[m for m, _ in changed]).update(active=True)
-        AudienceMember.objects.filter(member_id__in=[m for m, _ in changed]).update(active=True)
+        changed = list(Member.objects.filter(id__in=ids, active=False).values_list("id", flat=True))
+        Member.objects.filter(id__in=changed).update(active=True)
+        AudienceMember.objects.filter(member_id__in=changed).update(active=True)
         open_plans = SlicePlan.objects.filter(task__active=True, ends_at__gt=now)
-        keys = _job_keys(changed, open_plans)
+        keys = _job_keys(_phases(changed), open_plans)
         restored, taken = 0, set()
         for chunk in _chunks(keys, SQLITE_KEYS):
             by_key = {key: plan for key, plan, _ in chunk}
@@ -184,7 +184,7 @@ class Activation:
 SQLITE_KEYS = 500  # job keys per statement, well within SQLite's bound on parameters
 
 
-def _cancel_waiting(members: list[tuple[int, float]], now: dt.datetime) -> int:
+def _cancel_waiting(members: list[Phase], now: dt.datetime) -> int:
     """The SQLite form of sql.DELETE_MEMBERS' cancellation (job_cancel_waiting's, set-based)."""
     until = ExpressionWrapper(F("ends_at") + F("period_length"), output_field=DateTimeField())
     pending = SlicePlan.objects.alias(until=until).filter(until__gt=now)
@@ -197,18 +197,38 @@ def _cancel_waiting(members: list[tuple[int, float]], now: dt.datetime) -> int:
     return cancelled
 
 
-def _job_keys(members: list[tuple[int, float]], plans) -> list[tuple[str, SlicePlan, float]]:
-    """The planned jobs' keys of `members` ((id, phase)) in `plans` (read once), with the
-    plan and the phase: each member looked up by its slice in each grid, as
-    sql._MEMBER_JOB_KEYS does. A key is job_key_prefix(task, period) + the member's id."""
-    grids: dict[int, dict[int, list[SlicePlan]]] = {}
+# A member's phase in the tasks of one `phase_task` (sql._MEMBER_JOB_KEYS): 0, its own,
+# for the tasks without audience; an audience task's id, its phase in that task.
+Phase = tuple[int, float, int]  # member id, phase, phase_task
+
+
+def _phases(member_ids: list[int]) -> list[Phase]:
+    """The members' phases as sql._PHASES reads them: their own for members created by
+    external_id, and their phase in each audience task they belong to."""
+    own = Member.objects.filter(id__in=member_ids, content_type__isnull=True)
+    rows = AudienceMember.objects.filter(member_id__in=member_ids)
+    return [
+        *((m, phase, 0) for m, phase in own.values_list("id", "phase")),
+        *rows.values_list("member_id", "phase", "task_id"),
+    ]
+
+
+def _job_keys(members: list[Phase], plans) -> list[tuple[str, SlicePlan, float]]:
+    """The planned jobs' keys of `members` in `plans` (read once), with the plan and the
+    phase: each member looked up by its slice in each grid of the tasks that plan its
+    phase, as sql._MEMBER_JOB_KEYS does. A key is job_key_prefix(task, period) + the
+    member's id."""
+    grids: dict[tuple[int, int], dict[int, list[SlicePlan]]] = {}
     fields = ("task_id", "period", "slice_index", "slices", "period_start", "period_length")
-    for plan in plans.select_related("task").only(*fields, "task__timezone"):
-        grids.setdefault(plan.slices, {}).setdefault(plan.slice_index, []).append(plan)
+    for plan in plans.select_related("task").only(*fields, "task__timezone", "task__audience"):
+        phase_task = plan.task_id if plan.task.audience else 0
+        grid = grids.setdefault((phase_task, plan.slices), {})
+        grid.setdefault(plan.slice_index, []).append(plan)
     return [
         (f"plan:{plan.task_id}:{plan.period}:{member_id}", plan, phase)
-        for member_id, phase in members
-        for slices, plans_at in grids.items()
+        for member_id, phase, phase_task in members
+        for (task, slices), plans_at in grids.items()
+        if task == phase_task
         for plan in plans_at.get(slice_of(phase, slices), ())
     ]
 

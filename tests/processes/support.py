@@ -176,12 +176,21 @@ class PrivatePostgres:
     """A PostgreSQL server of the test's own, on its own port, so it can be restarted."""
 
     def __init__(
-        self, *, listen_addresses: str = "127.0.0.1", trusted_network: str | None = None
+        self,
+        *,
+        listen_addresses: str = "127.0.0.1",
+        trusted_network: str | None = None,
+        nice: int = 0,
+        settings: dict[str, str] | None = None,
     ) -> None:
         # Not under pytest's tmp_path: its parents are private to root, and the server
         # must run as the postgres user when the tests run as root.
         self.listen_addresses = listen_addresses
         self.trusted_network = trusted_network  # another network allowed in (trust)
+        # A niced server's backends stay niced (forked by its postmaster): a bench's load
+        # yields to the latency benchmarks sharing the machine.
+        self.nice = nice
+        self.settings = settings or {}  # more server settings (-c name=value)
         self.root = Path(tempfile.mkdtemp(prefix="tempo-pg-"))
         self.dir = self.root / "pgdata"
         self.port = free_port()
@@ -217,7 +226,10 @@ class PrivatePostgres:
 
     def _pg_ctl(self, action: str, *extra: str) -> None:
         options = f"-p {self.port} -k /tmp -c listen_addresses={self.listen_addresses} -c fsync=off"
+        options += "".join(f" -c {name}={value}" for name, value in self.settings.items())
+        niced = ["nice", "-n", str(self.nice)] if self.nice else []
         self._run(
+            *niced,
             str(PG_BIN / "pg_ctl"),
             "-D",
             str(self.dir),

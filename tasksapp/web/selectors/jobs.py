@@ -353,10 +353,11 @@ class TimelineEvent:
 
 def job_timeline(*, job: Job) -> list[TimelineEvent]:
     """What happened to the job, in time order: created, each failed attempt with its
-    error, each snooze, a cancel request, and the current attempt's run time, claim,
-    start and finish."""
+    error, each event of its history (snoozes, cancels with their reason), a cancel
+    request, and the current attempt's run time, claim, start and finish."""
     events = [TimelineEvent(job.created_at, "created", f"key {job.idempotency_key}")]
-    events += _history_events(job)
+    history = _history_events(job)
+    events += history
     if job.cancel_requested_at:
         detail = "the handler stops where it checks; else at its end or time limit"
         events.append(TimelineEvent(job.cancel_requested_at, "cancel requested", detail))
@@ -374,9 +375,11 @@ def job_timeline(*, job: Job) -> list[TimelineEvent]:
         events.append(TimelineEvent(job.claimed_at, "claimed", job.claimed_by))
     if job.started_at:
         events.append(TimelineEvent(job.started_at, "started", _start_detail(job)))
-    if job.finished_at and job.state in (JobState.SUCCEEDED, JobState.CANCELLED):
-        kind = "ok" if job.state == JobState.SUCCEEDED else "info"
-        events.append(TimelineEvent(job.finished_at, job.state, "", kind))
+    if job.finished_at and job.state == JobState.SUCCEEDED:
+        events.append(TimelineEvent(job.finished_at, job.state, "", "ok"))
+    elif job.finished_at and job.state == JobState.CANCELLED:
+        if not _cancel_in_history(history, job.finished_at):
+            events.append(TimelineEvent(job.finished_at, job.state, job.last_error))
     elif job.finished_at and job.state in (JobState.DEAD, JobState.LOST):
         events.append(TimelineEvent(job.finished_at, job.state, job.last_error, "error"))
     return sorted(events, key=lambda e: e.at)
@@ -421,16 +424,35 @@ def _last_failure_before(job: Job, moment: dt.datetime) -> dt.datetime | None:
 
 
 def _history_events(job: Job) -> list[TimelineEvent]:
-    """The snoozes of the job's history (its other entries are shown elsewhere)."""
+    """Every entry of the job's history, by its kind: a snooze (the attempt and its
+    delay), a cancel (its reason: an operator's request, or a check before the handler,
+    such as a member that left its audience); any other kind with its fields."""
     events = []
     for entry in job.history or []:
         at = _parse_time(entry.get("at")) if isinstance(entry, dict) else None
-        if at is None or entry.get("event") != "snoozed":
+        if at is None:
             continue
-        attempt, seconds = entry.get("attempt", "?"), entry.get("seconds")
-        detail = f"attempt {attempt} asked to run again in {seconds} s"
-        events.append(TimelineEvent(at, "snoozed", detail))
+        event = str(entry.get("event") or "event")
+        events.append(TimelineEvent(at, event, _history_detail(event, entry)))
     return events
+
+
+def _history_detail(event: str, entry: dict) -> str:
+    if event == "snoozed":
+        attempt, seconds = entry.get("attempt", "?"), entry.get("seconds")
+        return f"attempt {attempt} asked to run again in {seconds} s"
+    if event == "cancelled":
+        return str(entry.get("reason") or "")
+    return ", ".join(f"{key} {value}" for key, value in entry.items() if key not in ("event", "at"))
+
+
+# A cancel of a running job writes its history entry and its finish in one statement
+# (each at its own clock reading): the entry is that finish, not another event.
+SAME_CANCEL = dt.timedelta(seconds=1)
+
+
+def _cancel_in_history(history: list[TimelineEvent], finished_at: dt.datetime) -> bool:
+    return any(e.label == "cancelled" and abs(e.at - finished_at) < SAME_CANCEL for e in history)
 
 
 def _parse_time(value: Any) -> dt.datetime | None:
