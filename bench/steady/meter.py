@@ -20,7 +20,7 @@ from bench.cpu import SERVERS, TICKS, cpu_by_part
 
 BACKENDS = f"""{measure.BENCH_TAG}
 SELECT pid, coalesce(nullif(application_name, ''), backend_type),
-    left(regexp_replace(query, '\\s+', ' ', 'g'), 60)
+    left(regexp_replace(query, '\\s+', ' ', 'g'), 60), client_port
 FROM pg_stat_activity WHERE pid <> pg_backend_pid()
 """
 
@@ -69,10 +69,44 @@ def _own_cpu(pid: int) -> float:
     return 0.0
 
 
-def backend_cpu(conn: psycopg.Connection) -> dict[int, tuple[str, str, float]]:
-    """(name, last query, CPU seconds so far) of each server process PostgreSQL lists."""
+def _port_inodes() -> dict[int, str]:
+    """The socket inode of each local TCP port (/proc/net/tcp: `addr:port` in hex)."""
+    inodes = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                inodes[int(fields[1].rsplit(":", 1)[1], 16)] = fields[9]
+    return inodes
+
+
+def _socket_owners(processes: dict) -> dict[str, str]:
+    """The side's process (`worker-1 pool`, ...) or the bench holding each socket inode."""
+    parts = {os.getpid(): "bench"}
+    for name, process in processes.items():
+        parts[process.pid] = name
+        parts.update({child: f"{name} pool" for child in descendants(process.pid)[1:]})
+    owners = {}
+    for pid, part in parts.items():
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith("socket:["):
+                        owners[target[8:-1]] = part
+    return owners
+
+
+def backend_cpu(conn: psycopg.Connection, processes: dict) -> dict[int, tuple[str, str, float]]:
+    """(whose, last query, CPU seconds so far) of each server process PostgreSQL lists:
+    whose is the side's process at the other end of a client's connection (found by
+    its port), else the server process's kind."""
     rows = conn.execute(BACKENDS).fetchall()
-    return {pid: (name, query or "", _own_cpu(pid)) for pid, name, query in rows}
+    inodes, owners = _port_inodes(), _socket_owners(processes)
+    return {
+        pid: (owners.get(inodes.get(port, ""), name), query or "", _own_cpu(pid))
+        for pid, name, query, port in rows
+    }
 
 
 class Window:
@@ -93,7 +127,7 @@ class Window:
     def __enter__(self) -> Window:
         measure.reset_statements(self.conn)
         self.before = measure.snapshot(self.conn, self.postmaster)
-        self.backends_before = backend_cpu(self.conn)
+        self.backends_before = backend_cpu(self.conn, self.processes)
         self.cpu_before = self._cpu()
         return self
 
@@ -103,7 +137,7 @@ class Window:
         self.wal = measure.wal_bytes(
             self.conn, self.before, measure.snapshot(self.conn, self.postmaster)
         )
-        backends = backend_cpu(self.conn)
+        backends = backend_cpu(self.conn, self.processes)
         self.backends = [
             (name, query, seconds - self.backends_before.get(pid, ("", "", 0.0))[2])
             for pid, (name, query, seconds) in backends.items()
