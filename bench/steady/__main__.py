@@ -22,13 +22,17 @@ bench's alone. Each side runs two processes that run jobs (bench/steady/sides.py
 Per side, rate (and delivery): fresh processes run a warm-up, then `rate` jobs a second
 are due for `--seconds` from an instant; the window measured runs from the first due
 until every job started or `--grace` seconds after the last was due (a rate the side
-cannot keep up with ends with jobs left, discarded). For the window: CPU ms a job by
+cannot keep up with ends with jobs left, discarded, and the side runs no higher rate:
+the curve goes as far as each side goes). For the window: CPU ms a job by
 process kind (PostgreSQL's whole tree and each backend, Redis, the dispatcher or timer,
 the workers' main and pool processes), WAL bytes a job, the top statements with calls a
 job, start lag p50/p99 (started − due: the jobs table for Tempo and django-tasks-db, a
 file the peers' tasks append to for Celery and procrastinate), jobs run twice (Tempo:
 attempts > 1; the file peers: a key started twice) and started early. Before the rates,
 per side, the idle cost: CPU ms a second with nothing due for `--idle-seconds`.
+What happens before the first due is outside every window: Tempo's and django-tasks-db's
+inserts, procrastinate's defers, the ETA sends and the Celery workers' receipt of them;
+the timer's sends are inside. Lags are those of the jobs that started.
 
 Run it niced (`nice -n 19`): the bench sets the processes it measures (the servers and
 each side's processes) back to the normal priority, and its own loop only sleeps and
@@ -172,6 +176,12 @@ def run_side(side: Side, servers: Servers, args, idle: dict, stop_at: float) -> 
                     continue
                 runs.append(steady_run(side, servers, rate, args, delivery))
                 print(table([report.curve_row(runs[-1])], report.CURVE_COLUMNS), flush=True)
+                if runs[-1]["done"] < runs[-1]["jobs"]:
+                    print(
+                        f"{side.name} {delivery}: behind at {rate}/s, no higher rate",
+                        file=sys.stderr,
+                    )
+                    break
     finally:
         side.drop()
     return runs

@@ -256,7 +256,7 @@ class CeleryTimer(StartsInFiles):
 
 class CeleryEta(CeleryTimer):
     name = "celery-eta"
-    SENDS_PER_S = 3000  # apply_async from the bench, for the lead
+    SENDS_PER_S = 2000  # apply_async from the bench, for the lead
 
     def lead(self, jobs: int) -> float:
         return 5.0 + jobs / self.SENDS_PER_S
