@@ -83,9 +83,14 @@ class Side:
         raise NotImplementedError
 
     def ready(self) -> None:
-        """Start, run the warm-up jobs, and set every process back to normal priority."""
+        """Start at the normal priority (once started, and again after the warm-up for
+        what forked in between), and run the warm-up jobs."""
         self.start()
+        self.unnice()
         self.warm_up()
+        self.unnice()
+
+    def unnice(self) -> None:
         for process in self.processes.values():
             unnice(process.pid)
 
@@ -247,7 +252,7 @@ class CeleryTimer(StartsInFiles):
             [sys.executable, "-m", "bench.steady.timer", "--rate", str(rate),
              "--seconds", str(jobs / rate), "--at", str(at)],
         )  # fmt: skip
-        unnice(self.processes["timer-1"].pid)
+        self.unnice()
 
     def stop(self) -> None:
         super().stop()
