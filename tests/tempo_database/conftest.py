@@ -4,12 +4,11 @@ settings then add the alias "tempo", TEMPO_DATABASE and the router; docs/DEPLOYM
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from django.conf import settings
 
 import tests.tempo_database.handlers  # noqa: F401  (registers the handlers here)
+from tests.web.conftest import _own_cache  # noqa: F401  (each test a cache of its own)
 
 SEPARATE = getattr(settings, "TEMPO_DATABASE", "default") == "tempo"
 
@@ -19,13 +18,3 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "tests/tempo_database/" in str(item.path) and not SEPARATE:
             item.add_marker(skip)
-
-
-@pytest.fixture(autouse=True)
-def _own_cache(settings):
-    settings.CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-            "LOCATION": f"test-{uuid.uuid4().hex}",
-        }
-    }
