@@ -1,7 +1,10 @@
 """The database Tempo's tables live on: the alias named by `TEMPO_DATABASE` ("default"
 unless the project puts them on a database of their own, with `tasksapp.routers.TempoRouter`;
 docs/DEPLOYMENT.md). Every raw statement, transaction and commit hook of Tempo's goes
-through here; ORM queries of Tempo's models reach the same alias through the router."""
+through here; ORM queries of Tempo's models reach the same alias through the router.
+
+The one place that asks which database vendor is underneath (`on_postgres`): features
+built on PostgreSQL alone (the cluster, audiences, the stores' statements) ask it here."""
 
 from __future__ import annotations
 
@@ -13,6 +16,9 @@ from typing import Any
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
+
+JOB_TABLE = "tasksapp_job"
+POSTGRESQL = "postgresql"
 
 _alias: list[str] = []  # read once per process (again when a test overrides the setting)
 
@@ -40,6 +46,18 @@ def tempo_is_separate() -> bool:
 def tempo_connection() -> Any:
     """This thread's connection to Tempo's database."""
     return connections[tempo_alias()]
+
+
+def on_postgres(alias: str | None = None) -> bool:
+    """Whether Tempo's database (or the database `alias`) is PostgreSQL; otherwise it is
+    the embedded SQLite of a single instance."""
+    connection = connections[alias] if alias else tempo_connection()
+    return connection.vendor == POSTGRESQL
+
+
+def database_vendor() -> str:
+    """The vendor of Tempo's database, for messages ("postgresql", "sqlite")."""
+    return tempo_connection().vendor
 
 
 def tempo_atomic(func: Callable | None = None, *, savepoint: bool = True, durable: bool = False):

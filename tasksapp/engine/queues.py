@@ -10,8 +10,8 @@ from typing import Any
 
 from django.db.models.functions import Now
 
-from tasksapp.engine import sql
-from tasksapp.engine.db import tempo_atomic, tempo_connection, tempo_on_commit
+from tasksapp.engine.cluster import cluster, sql
+from tasksapp.engine.db import tempo_atomic, tempo_on_commit
 from tasksapp.engine.jsonvalues import JsonValueError, checked_text
 from tasksapp.engine.models import JobQueue, RoutingMode
 from tasksapp.engine.options import (
@@ -57,12 +57,7 @@ def _checked_period(value: Any) -> float:
 
 def _announce() -> None:
     """Tell every dispatcher, once the change is committed."""
-    if tempo_connection().vendor == "postgresql":
-        tempo_on_commit(
-            lambda: tempo_connection()
-            .cursor()
-            .execute("SELECT pg_notify(%s, %s)", [sql.NOTIFY_CHANNEL, sql.ROUTING_CHANGED])
-        )
+    tempo_on_commit(lambda: cluster().notify(sql.ROUTING_CHANGED))
 
 
 def queue_configure(

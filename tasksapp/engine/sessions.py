@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from django.db.backends.signals import connection_created
 
-from tasksapp.engine.db import tempo_alias, tempo_connection
+from tasksapp.engine.db import on_postgres, tempo_alias, tempo_connection
 from tasksapp.engine.store import job_store, store_for
 
 
@@ -38,7 +38,7 @@ def _engine_session(sender, connection, **kwargs) -> None:
     if connection.alias == tempo_alias():
         # Only Tempo's own sessions commit asynchronously: a handler's writes on another
         # database are not redone by leases and fences if a crash lost them.
-        store_for(connection.vendor).configure_session(connection)
+        store_for(on_postgres(connection.alias)).configure_session(connection)
 
 
 def flush_commits() -> None:

@@ -17,9 +17,10 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-from tasksapp.engine import sql
-
 DISPATCH_MODES = ("database", "redis")
+# Jobs inserted or re-scheduled to run within this window are announced by the jobs
+# table's NOTIFY trigger (migration 0002): a dispatcher's lookahead must not exceed it.
+NOTIFY_WINDOW_SECONDS = 900
 DB_POOLERS = ("", "transaction")
 REDIS_SCHEMES = ("redis://", "rediss://")
 DEFAULT_QUEUE = "default"  # the queue of a job that names none (tasksapp.engine.options)
@@ -232,10 +233,10 @@ class TempoSettings:
         (`TEMPO_DISPATCH_NOTIFY=false` on PostgreSQL), every poll must look at least one
         poll interval ahead, or work due just past the horizon is read too late. Without
         notifications there is no Redis mode (the index is written from them)."""
-        if listen_notify and self.lookahead_seconds > sql.NOTIFY_WINDOW_SECONDS:
+        if listen_notify and self.lookahead_seconds > NOTIFY_WINDOW_SECONDS:
             raise ValueError(
                 "TEMPO_LOOKAHEAD_SECONDS must not exceed the notify window "
-                f"({sql.NOTIFY_WINDOW_SECONDS} s)"
+                f"({NOTIFY_WINDOW_SECONDS} s)"
             )
         if postgres and not listen_notify and self.lookahead_seconds < self.notify_off_poll_seconds:
             raise ValueError(

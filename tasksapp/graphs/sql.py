@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from tasksapp.engine.db import tempo_connection
+from tasksapp.engine.db import on_postgres, tempo_connection
 
 GRAPH_TABLE = "tasksapp_graphrun"
 TASK_TABLE = "tasksapp_taskrun"
@@ -54,13 +54,12 @@ WHERE id IN ({{ids}}) AND state = 'waiting'
 
 
 @cache
-def _vendor_parts(vendor: str) -> dict[str, str]:
-    postgres = vendor == "postgresql"
+def _vendor_parts(postgres: bool) -> dict[str, str]:
     return {"jsonb": "::jsonb" if postgres else "", "for_update": "FOR UPDATE" if postgres else ""}
 
 
 def statement(template: str, **parts: str) -> str:
-    return template.format(**_vendor_parts(tempo_connection().vendor), **parts)
+    return template.format(**_vendor_parts(on_postgres()), **parts)
 
 
 def placeholders(count: int) -> str:

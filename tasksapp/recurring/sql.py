@@ -8,7 +8,7 @@ harmless: a job's idempotency key is `plan:<task>:<period>:<member>`, and confli
 skipped.
 """
 
-from tasksapp.engine.sql import JOB_TABLE
+from tasksapp.engine.db import JOB_TABLE
 from tasksapp.engine.store.postgres_sql import CANCELLED, DUE, LEASED, SCHEDULED
 
 MEMBER_TABLE = "tasksapp_member"

@@ -2,7 +2,7 @@
 members and slice plans consistent, and the grouped reads of a task's plan page. On
 PostgreSQL these are the named statements of `recurring/sql.py`; elsewhere (the
 embedded SQLite mode, which serialises writers by itself) the locks are not needed and
-the reads group in Python. The backend is chosen once per database vendor.
+the reads group in Python. The backend is chosen once per database kind.
 
 Jobs themselves are inserted through the engine's job store (`insert_jobs`).
 """
@@ -18,7 +18,7 @@ from typing import Protocol
 from django.db.models import DateTimeField, ExpressionWrapper, F
 from django.db.models.functions import Greatest
 
-from tasksapp.engine.db import tempo_connection
+from tasksapp.engine.db import on_postgres, tempo_connection
 from tasksapp.engine.models import Job, JobState
 from tasksapp.engine.models.jobs import DUE_STATES
 from tasksapp.recurring import sql
@@ -245,10 +245,10 @@ def _execute(statement: str, params: dict) -> list[tuple]:
 
 
 @cache
-def _store_for(vendor: str) -> RecurringStore:
-    return PostgresRecurringStore() if vendor == "postgresql" else SqliteRecurringStore()
+def _store_for(postgres: bool) -> RecurringStore:
+    return PostgresRecurringStore() if postgres else SqliteRecurringStore()
 
 
 def recurring_store() -> RecurringStore:
     """The recurring store of Tempo's database."""
-    return _store_for(tempo_connection().vendor)
+    return _store_for(on_postgres())

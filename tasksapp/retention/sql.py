@@ -9,8 +9,8 @@ A row re-checked under its lock that no longer qualifies (retried meanwhile) is 
 
 from __future__ import annotations
 
+from tasksapp.engine.db import JOB_TABLE
 from tasksapp.engine.models import FINAL_STATES
-from tasksapp.engine.sql import JOB_TABLE
 from tasksapp.retention.models import LAG_BOUNDS_MS
 
 FINAL = ", ".join(f"'{state}'" for state in FINAL_STATES)

@@ -1,6 +1,6 @@
 """Retention's storage, one interface with two backends as the job store's: on
 PostgreSQL the named statements of `sql.py`, on SQLite (the embedded mode) the same rules
-through the ORM. Chosen once per database vendor."""
+through the ORM. Chosen once per database kind."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Protocol
 
 from django.db.models import Exists, F, OuterRef, Q
 
-from tasksapp.engine.db import tempo_atomic, tempo_connection
+from tasksapp.engine.db import on_postgres, tempo_atomic, tempo_connection
 from tasksapp.engine.models import FINAL_STATES, Job
 from tasksapp.graphs.models import GraphRun, TaskRun
 from tasksapp.recurring.models import SlicePlan
@@ -329,9 +329,9 @@ def _open_occurrences(now: dt.datetime) -> set[tuple[int, int]]:
 
 
 @cache
-def store_for(vendor: str) -> RetentionStore:
-    return PostgresRetentionStore() if vendor == "postgresql" else SqliteRetentionStore()
+def store_for(postgres: bool) -> RetentionStore:
+    return PostgresRetentionStore() if postgres else SqliteRetentionStore()
 
 
 def retention_store() -> RetentionStore:
-    return store_for(tempo_connection().vendor)
+    return store_for(on_postgres())

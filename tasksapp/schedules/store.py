@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from tasksapp.engine.db import tempo_connection
+from tasksapp.engine.db import on_postgres, tempo_connection
 
 INSERT_RUNS = """
 INSERT INTO tasksapp_schedulerun (schedule_id, fire_at, run_at, job_id, outcome, details,
@@ -44,7 +44,7 @@ class NewRun:
 def insert_runs(runs: list[NewRun]) -> None:
     if not runs:
         return
-    if tempo_connection().vendor != "postgresql":
+    if not on_postgres():
         from tasksapp.schedules.models import ScheduleRun
 
         ScheduleRun.objects.bulk_create(
@@ -68,7 +68,7 @@ def update_planned(rows: list[tuple[int, dt.datetime, dt.datetime | None]]) -> N
     PostgreSQL, one per distinct pair elsewhere."""
     if not rows:
         return
-    if tempo_connection().vendor != "postgresql":
+    if not on_postgres():
         from tasksapp.schedules.models import Schedule
 
         groups: dict[tuple, list[int]] = {}

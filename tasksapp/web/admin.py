@@ -17,6 +17,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
+from tasksapp.engine.db import on_postgres
 from tasksapp.engine.handlers import registry as handler_registry
 from tasksapp.engine.jsonvalues import safe_json
 from tasksapp.engine.models import (
@@ -88,7 +89,7 @@ class EstimatedCountPaginator(Paginator):
     def count(self) -> int:
         query = getattr(self.object_list, "query", None)
         db = connections[self.object_list.db] if query is not None else None
-        if db is not None and db.vendor == "postgresql" and not query.where:
+        if db is not None and on_postgres(db.alias) and not query.where:
             with db.cursor() as cursor:
                 cursor.execute(
                     "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",

@@ -55,7 +55,7 @@ def test_a_dispatcher_behind_a_pooler_needs_a_direct_session_url(settings):
 
 @pytest.mark.django_db
 def test_the_session_connection_goes_to_the_direct_url_with_server_keepalives(settings):
-    from tasksapp.engine.store.pg_session import session_connection_params
+    from tasksapp.engine.cluster.session import session_connection_params
 
     settings.TEMPO = {
         **settings.TEMPO,

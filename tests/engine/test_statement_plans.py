@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 from psycopg.types.json import Jsonb
 
-from tasksapp.engine.sql import JOB_TABLE
+from tasksapp.engine.db import JOB_TABLE
 from tasksapp.engine.store import postgres_sql as sql
 
 pytestmark = pytest.mark.django_db

@@ -425,7 +425,7 @@ class PrivatePgBouncer:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-PARTITION_LOCK_CLASS = 7_316_001  # tasksapp.engine.sql.PARTITION_LOCK_CLASS
+PARTITION_LOCK_CLASS = 7_316_001  # tasksapp.engine.cluster.sql.PARTITION_LOCK_CLASS
 
 
 def partitions_by_session(conn: psycopg.Connection) -> list[int]:

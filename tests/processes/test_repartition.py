@@ -18,7 +18,7 @@ from tests.processes.support import (
 
 pytestmark = pytest.mark.processes
 
-COUNT_CLASS = 7_316_003  # tasksapp.engine.sql.PARTITION_COUNT_CLASS
+COUNT_CLASS = 7_316_003  # tasksapp.engine.cluster.sql.PARTITION_COUNT_CLASS
 
 
 def partitions_in_use(conn) -> tuple[int | None, int]:

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tasksapp.engine.sql import WORKER_LOCK_CLASS
+from tasksapp.engine.cluster.sql import WORKER_LOCK_CLASS
 from tests.conftest import THIS_DATABASE
 from tests.processes.inflight import (
     MODES,

@@ -11,8 +11,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from tasksapp.engine.db import JOB_TABLE
 from tasksapp.engine.models import Job, JobState
-from tasksapp.engine.sql import JOB_TABLE
 from tasksapp.recurring import sql as recurring_sql
 from tasksapp.web.selectors.dashboard import EXACT_COUNT_CAP, SQL_STATE_COUNTS, job_state_counts
 from tasksapp.web.selectors.jobs import JobFilters, job_page

@@ -30,19 +30,19 @@ import logging
 import redis
 
 from tasksapp.contrib.redis_index.index import MAX_TAKE, RedisIndex, Taken
-from tasksapp.engine import sql
 from tasksapp.engine.dispatcher.routing import Route, default_route
 from tasksapp.engine.dispatcher.sources.base import MODE_UNREACHABLE, DispatchContext
 from tasksapp.engine.dispatcher.sources.database import DatabaseSource
 from tasksapp.engine.models import Dispatcher
 from tasksapp.engine.options import MAX_PRIORITY
+from tasksapp.engine.settings import NOTIFY_WINDOW_SECONDS
 from tasksapp.engine.transitions import DueJob, job_poll_due
 
 log = logging.getLogger(__name__)
 
 MODE_REDIS = "redis"
 MODE_FALLBACK = "redis-fallback"  # some shards are rebuilt, served by polling meanwhile
-WINDOW_MS = sql.NOTIFY_WINDOW_SECONDS * 1000
+WINDOW_MS = NOTIFY_WINDOW_SECONDS * 1000
 DEFAULT_PARTITIONS = 16  # TEMPO_PARTITIONS' default
 HORIZON_MARGIN_MS = 2000
 MAX_BACKOFF_SECONDS = 16.0  # clock estimates: the recorded horizon errs on the early side
@@ -246,7 +246,7 @@ class RedisIndexSource:
 
     def _read_page(self, shards: list[int], *, after) -> list[DueJob]:
         rows = job_poll_due(
-            lookahead=sql.NOTIFY_WINDOW_SECONDS,
+            lookahead=NOTIFY_WINDOW_SECONDS,
             partitions=self.partitions,
             owned=shards,
             limit=self.settings.poll_limit,

@@ -21,15 +21,11 @@ from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from tasksapp.engine import sql
+from tasksapp.engine.cluster import cluster, sql
+from tasksapp.engine.cluster.base import Coordinator
+from tasksapp.engine.cluster.partitions import PEER_GONE, REBALANCE
 from tasksapp.engine.db import tempo_connection
 from tasksapp.engine.dispatcher.broker import BROKER_RETRY_SECONDS, BrokerGate, CeleryPublisher
-from tasksapp.engine.dispatcher.coordination import (
-    PEER_GONE,
-    REBALANCE,
-    LocalCoordinator,
-    PostgresCoordinator,
-)
 from tasksapp.engine.dispatcher.degraded import DegradedMode
 from tasksapp.engine.dispatcher.limited import LimitedClaimer
 from tasksapp.engine.dispatcher.routing import Route, RoutingRules, routing_rules_read
@@ -48,7 +44,6 @@ from tasksapp.engine.options import MIN_PRIORITY
 from tasksapp.engine.runtime import freeze_startup_heap
 from tasksapp.engine.sessions import use_engine_sessions
 from tasksapp.engine.settings import TempoSettings
-from tasksapp.engine.store import job_store
 from tasksapp.engine.transitions import (
     Claim,
     job_claim_due,
@@ -88,12 +83,13 @@ class DispatcherLoop:
         )
         # On PostgreSQL partitions are shared through advisory locks; work and peers are
         # announced by NOTIFY unless the dispatchers poll only (TEMPO_DISPATCH_NOTIFY).
-        self.on_postgres = job_store().notifies
+        self.cluster = cluster()
+        self.on_postgres = self.cluster.shared
         self.uses_notify = self.on_postgres and self.settings.dispatch_notify
         self.settings.check_dispatch(listen_notify=self.uses_notify, postgres=self.on_postgres)
         self.counters: Counter[str] = Counter()
         self.stopping = False
-        self.coordinator: PostgresCoordinator | LocalCoordinator | None = None
+        self.coordinator: Coordinator | None = None
         self.record: Dispatcher | None = None
         self.rules = RoutingRules()
         self.degraded_reason = ""  # why only critical jobs are claimed now ("": all are)
@@ -175,17 +171,12 @@ class DispatcherLoop:
                 "dispatch_mode": self.source.initial_mode,
             },
         )
-        if self.on_postgres:
-            self.coordinator = PostgresCoordinator(
-                partitions=self.partitions,
-                instance_id=self.record.id,
-                coordination_seconds=self.settings.coordination_seconds,
-                listen=self.uses_notify,
-            )
-        else:
-            self.coordinator = LocalCoordinator(
-                partitions=self.partitions, instance_id=self.record.id
-            )
+        self.coordinator = self.cluster.coordinator(
+            partitions=self.partitions,
+            instance_id=self.record.id,
+            coordination_seconds=self.settings.coordination_seconds,
+            listen=self.uses_notify,
+        )
         self.coordinator.connect()
         self._load_rules()
         self._warm_up()

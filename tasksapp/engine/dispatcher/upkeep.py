@@ -22,8 +22,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Callable
 
-from tasksapp.engine import sql
-from tasksapp.engine.db import tempo_connection
+from tasksapp.engine.cluster import cluster, sql
 from tasksapp.engine.settings import TempoSettings
 from tasksapp.engine.transitions import (
     job_expire_claims_of_dead_dispatchers,
@@ -216,5 +215,4 @@ class Upkeep:
         wake them all to look for theirs (with notifications; polling only, the finder's
         own are found and the others' leases run out)."""
         if self.uses_notify:
-            with tempo_connection().cursor() as cursor:
-                cursor.execute("SELECT pg_notify(%s, %s)", [sql.NOTIFY_CHANNEL, sql.WORKER_GONE])
+            cluster().notify(sql.WORKER_GONE)

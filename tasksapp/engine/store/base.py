@@ -28,10 +28,6 @@ FREE_LOST_RUNS = 3
 
 
 class JobStore(Protocol):
-    # Whether the database announces new work (LISTEN/NOTIFY) and can hold partitions
-    # (advisory locks); without it one dispatcher owns every partition and polls often.
-    notifies: bool
-
     def configure_session(self, connection: Any) -> None:
         """Set up a new session of a dispatcher or worker (asynchronous commits)."""
         ...

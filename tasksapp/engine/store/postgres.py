@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 from psycopg.rows import RowFactory, no_result
 from psycopg.types.json import Jsonb
 
+from tasksapp.engine.cluster.sql import DISPATCHER_LOCK_CLASS, WORKER_LOCK_CLASS
 from tasksapp.engine.db import tempo_atomic, tempo_connection
-from tasksapp.engine.sql import DISPATCHER_LOCK_CLASS, WORKER_LOCK_CLASS
 
 from . import pg_session
 from . import postgres_sql as sql
@@ -104,8 +104,6 @@ _QUEUE_LIMITS = rows_of(QueueLimits)
 
 class PostgresJobStore(InsertsBySource, OperatorTransitions):
     """The JobStore of PostgreSQL (see tasksapp.engine.store.base for each operation)."""
-
-    notifies = True
 
     def configure_session(self, connection: Any) -> None:
         pg_session.configure_session(connection)

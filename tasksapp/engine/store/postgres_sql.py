@@ -13,9 +13,10 @@ from functools import cache
 
 from psycopg.types.json import Jsonb
 
+from tasksapp.engine.cluster.sql import DISPATCHER_LOCK_HELD, WORKER_LOCK_HELD
+from tasksapp.engine.db import JOB_TABLE
 from tasksapp.engine.models import Delivery, JobState
 from tasksapp.engine.models.jobs import DUE_STATES, LEASED_STATES
-from tasksapp.engine.sql import JOB_TABLE
 
 
 def _literal(value: str) -> str:
@@ -469,16 +470,11 @@ SELECT (SELECT count(*) FROM reaped) AS count,
 # running jobs' leases then expire at once instead of running out. Not within `grace` s of
 # a server restart: every session ended then, and live workers are still taking their
 # locks again.
-DEAD_WORKERS = """
+DEAD_WORKERS = f"""
 UPDATE tasksapp_workerprocess w SET liveness_key = NULL
 WHERE w.liveness_key IS NOT NULL
   AND pg_postmaster_start_time() < clock_timestamp() - make_interval(secs => %(grace)s)
-  AND NOT EXISTS (
-      SELECT 1 FROM pg_locks l
-      WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
-        AND l.classid = %(worker_class)s
-        AND l.objid = w.liveness_key::oid AND l.objsubid = 2
-        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+  AND NOT {WORKER_LOCK_HELD}
 RETURNING w.name
 """
 EXPIRE_LEASES_OF = f"""
@@ -511,12 +507,7 @@ UPDATE {JOB_TABLE} j SET lease_expires_at = clock_timestamp()
 FROM tasksapp_dispatcher d
 WHERE j.state = {CLAIMED} AND j.lease_expires_at > clock_timestamp()
   AND j.claimed_by = d.name
-  AND NOT EXISTS (
-      SELECT 1 FROM pg_locks l
-      WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
-        AND l.classid = %(dispatcher_class)s AND l.objid = (d.id %% 2147483648)::oid
-        AND l.objsubid = 2
-        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+  AND NOT {DISPATCHER_LOCK_HELD}
   AND {NOT_HELD}
 RETURNING j.id
 """

@@ -107,8 +107,6 @@ def _started(job: Job, clock: DatabaseTime) -> StartedJob:
 class SqliteJobStore(InsertsBySource, OperatorTransitions):
     """The JobStore of the other databases (see tasksapp.engine.store.base for each)."""
 
-    notifies = False
-
     def configure_session(self, connection: Any) -> None:
         pass  # SQLite commits synchronously, and its writers are serialised
 

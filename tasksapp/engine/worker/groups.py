@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import DatabaseError, DataError, IntegrityError
 
-from tasksapp.engine.db import tempo_atomic, tempo_connection
+from tasksapp.engine.db import on_postgres, tempo_atomic, tempo_connection
 from tasksapp.engine.handlers import owns_transaction, resolve_handler
 from tasksapp.engine.models import Delivery
 from tasksapp.engine.settings import tempo_settings
@@ -60,7 +60,7 @@ def shares_transaction(job: StartedJob) -> bool:
 
 @functools.cache
 def _on_postgres() -> bool:
-    return tempo_connection().vendor == "postgresql"
+    return on_postgres()
 
 
 def run_group(first, take, keeper: LeaseKeeper, results: list) -> tuple | None:

@@ -18,6 +18,7 @@ from django.db import close_old_connections
 from django.db.models import F
 from django.utils import timezone
 
+from tasksapp.engine.cluster import cluster
 from tasksapp.engine.db import tempo_connection
 from tasksapp.engine.models import WorkerProcess
 from tasksapp.engine.settings import tempo_settings
@@ -28,11 +29,6 @@ from tasksapp.engine.transitions import (
     job_renew,
     job_start_held,
     job_succeed,
-)
-from tasksapp.engine.worker.liveness import (
-    LivenessLock,
-    liveness_lock_possible,
-    watches_peers,
 )
 from tasksapp.engine.worker.outcomes import logged, record_failure, stack_of
 
@@ -144,11 +140,7 @@ class LeaseKeeper:
         self.queues: list[str] = []  # the Tempo queues this worker consumes, for the dashboard
         # Taken before the first job starts: from then on a death is seen at once
         # (liveness.py); not here, where the queues it serves are not known yet.
-        self.liveness = (
-            LivenessLock(self.name, watch_peers=watches_peers(self.settings))
-            if liveness_lock_possible(self.settings)
-            else None
-        )
+        self.liveness = cluster().liveness_lock(self.name, self.settings)
         self._stopped = threading.Event()
         self._wake = threading.Event()  # a deferred start now due sooner than the next beat
         self._next_wake = float("inf")

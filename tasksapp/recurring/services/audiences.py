@@ -19,7 +19,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db.models import F
 from django.utils import timezone
 
-from tasksapp.engine.db import tempo_atomic, tempo_connection
+from tasksapp.engine.db import database_vendor, on_postgres, tempo_atomic, tempo_connection
 from tasksapp.recurring import phases, sql
 from tasksapp.recurring.audiences import AudienceError, audience_queryset, check_same_database
 from tasksapp.recurring.models import RecurringTask, SlicePlan
@@ -84,9 +84,8 @@ def audience_objects_changed(*, task: RecurringTask, keys: Sequence[object]) -> 
 
 
 def _sync(task: RecurringTask, *, only: list[str] | None, now: dt.datetime) -> AudienceSync:
-    db = tempo_connection()
-    if db.vendor != "postgresql":
-        raise PlanningInputError(ERR_AUDIENCE_DATABASE.format(vendor=db.vendor))
+    if not on_postgres():
+        raise PlanningInputError(ERR_AUDIENCE_DATABASE.format(vendor=database_vendor()))
     with tempo_atomic():
         task = RecurringTask.objects.select_for_update().get(pk=task.pk)  # as stored now
         try:
@@ -117,7 +116,7 @@ def _sync(task: RecurringTask, *, only: list[str] | None, now: dt.datetime) -> A
         joined = _execute(sql.AUDIENCE_JOIN, params)
         restored = _execute(sql.AUDIENCE_RESTORE, params) if joined else 0
         planned = _plan_joined(task, joined_at=joined_at, now=now) if joined else 0
-        meta = model._meta
+        meta, db = model._meta, tempo_connection()
         orphans = sql.AUDIENCE_ORPHANS_DELETE.format(
             table=db.ops.quote_name(meta.db_table),
             pk=db.ops.quote_name(meta.pk.column),

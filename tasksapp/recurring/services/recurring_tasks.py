@@ -10,7 +10,7 @@ from typing import Any
 from django.db import IntegrityError
 from django.utils import timezone
 
-from tasksapp.engine.db import tempo_atomic, tempo_connection
+from tasksapp.engine.db import database_vendor, on_postgres, tempo_atomic
 from tasksapp.engine.jsonvalues import JsonValueError, checked_text
 from tasksapp.engine.models import Delivery
 from tasksapp.engine.options import (
@@ -240,8 +240,8 @@ def _validated_audience(audience: Any, audience_filter: Any) -> tuple[str, dict]
         label, filters = validated_audience(audience, audience_filter)
     except AudienceError as exc:
         raise PlanningInputError(str(exc)) from exc
-    if label and tempo_connection().vendor != "postgresql":
-        raise PlanningInputError(ERR_AUDIENCE_DATABASE.format(vendor=tempo_connection().vendor))
+    if label and not on_postgres():
+        raise PlanningInputError(ERR_AUDIENCE_DATABASE.format(vendor=database_vendor()))
     return label, filters
 
 

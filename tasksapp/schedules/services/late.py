@@ -24,7 +24,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from tasksapp.engine.db import tempo_connection
+from tasksapp.engine.db import on_postgres, tempo_connection
 from tasksapp.schedules.models import Catchup, RunOutcome, ScheduleRun
 from tasksapp.schedules.settings import schedule_settings
 
@@ -86,7 +86,7 @@ def late_run_decided(
 
 def database_now() -> dt.datetime:
     """The database clock now (this machine's without PostgreSQL)."""
-    if tempo_connection().vendor != "postgresql":
+    if not on_postgres():
         return timezone.now()
     with tempo_connection().cursor() as cursor:
         cursor.execute("SELECT clock_timestamp()")

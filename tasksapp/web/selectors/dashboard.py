@@ -20,7 +20,7 @@ from django.db.models import Count, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
-from tasksapp.engine.db import tempo_connection
+from tasksapp.engine.db import on_postgres, tempo_connection
 from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState, WorkerProcess
 from tasksapp.engine.settings import tempo_settings
 from tasksapp.retention.history import job_history
@@ -78,7 +78,7 @@ FROM (SELECT extract(epoch FROM started_at - run_at)::float8 AS lag
 
 
 def _postgres() -> bool:
-    return tempo_connection().vendor == "postgresql"
+    return on_postgres()
 
 
 def _fetch(statement: str, params: dict[str, Any]) -> list[tuple]:

@@ -12,10 +12,10 @@ from django.db.models import Sum
 from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
-from tasksapp.engine import sql
 from tasksapp.engine.clock import ClockOffset
+from tasksapp.engine.cluster import sql
+from tasksapp.engine.cluster.partitions import PostgresCoordinator
 from tasksapp.engine.dispatcher.broker import split_batches
-from tasksapp.engine.dispatcher.coordination import PostgresCoordinator
 from tasksapp.engine.dispatcher.loop import DispatcherLoop
 from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState
 from tasksapp.engine.services import job_schedule

@@ -10,8 +10,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from tasksapp.engine.db import JOB_TABLE
 from tasksapp.engine.models import Job, JobState
-from tasksapp.engine.sql import JOB_TABLE
 from tasksapp.web.selectors import jobs as selector
 from tasksapp.web.selectors.jobs import (
     ERR_PRIORITY,

@@ -12,7 +12,7 @@ A worker that is alive but stalled (SIGSTOP, a paused VM) keeps its session and 
 its jobs still wait for their leases, and its late outcomes are refused by the fence.
 
 With notifications, each worker process also watches the next one's lock (a lock ring,
-tasksapp.engine.lock_ring, on one more idle connection) and, the moment it is freed,
+tasksapp.engine.cluster.lock_ring, on one more idle connection) and, the moment it is freed,
 tells the dispatchers (`worker-gone`) to look now: the four-a-second look is then only
 the fallback, for a death no live worker saw (`TEMPO_WORKER_WATCH=false`: it alone).
 
@@ -31,12 +31,11 @@ import time
 
 import psycopg
 
-from tasksapp.engine import sql
-from tasksapp.engine.lock_ring import LockRingWatcher
+from tasksapp.engine.cluster import sql
+from tasksapp.engine.cluster.lock_ring import LockRingWatcher
+from tasksapp.engine.cluster.session import session_connection_params
 from tasksapp.engine.models import WorkerProcess
 from tasksapp.engine.settings import TempoSettings
-from tasksapp.engine.store import job_store
-from tasksapp.engine.store.pg_session import session_connection_params
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +43,9 @@ RETRY_SECONDS = 2.0  # after a failed take, the next try waits this long (not ev
 
 
 def liveness_lock_possible(settings: TempoSettings) -> bool:
-    """On PostgreSQL, with a direct session: behind a transaction pooler without
+    """With a direct session: behind a transaction pooler without
     TEMPO_SESSION_DATABASE_URL the lock would stay with a pooled server connection."""
-    return job_store().notifies and (not settings.db_pooler or bool(settings.session_database_url))
+    return not settings.db_pooler or bool(settings.session_database_url)
 
 
 def watches_peers(settings: TempoSettings) -> bool:

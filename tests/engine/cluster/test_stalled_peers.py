@@ -9,8 +9,8 @@ import time
 import psycopg
 import pytest
 
-from tasksapp.engine import sql
-from tasksapp.engine.dispatcher.coordination import STALL_ROUNDS, PostgresCoordinator
+from tasksapp.engine.cluster import sql
+from tasksapp.engine.cluster.partitions import STALL_ROUNDS, PostgresCoordinator
 from tests.conftest import session_params
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,14 +1,10 @@
-"""Names the engine's SQL shares (the jobs table, the notification channel) and the
-statements of dispatcher coordination: partition ownership by advisory locks. The jobs'
-own statements belong to the job store (tasksapp.engine.store.postgres).
+"""The cluster's statements and names on PostgreSQL: the notification channel and its
+payloads, partition ownership and liveness by advisory locks, the lock rings. The jobs'
+own statements belong to the job store (tasksapp.engine.store.postgres_sql).
 """
 
-JOB_TABLE = "tasksapp_job"
 NOTIFY_CHANNEL = "tempo_jobs"
 ROUTING_CHANGED = "routing"  # a NOTIFY payload: a queue's settings or the routing mode changed
-# Jobs inserted or re-scheduled to run within this window are announced by NOTIFY;
-# a dispatcher's lookahead must not exceed it.
-NOTIFY_WINDOW_SECONDS = 900
 
 # Partition ownership: session-level advisory locks, released by Postgres when the
 # process (its connection) dies. Key space: (PARTITION_LOCK_CLASS, partition).
@@ -20,7 +16,7 @@ DISPATCHER_LOCK_CLASS = 7_316_002
 # instance announces a larger one (the rolling restart is complete).
 PARTITION_COUNT_CLASS = 7_316_003
 # A worker process's liveness: (WORKER_LOCK_CLASS, hashtext(its name)), held by a session
-# of its own for as long as the process lives (tasksapp.engine.worker.liveness).
+# of its own for as long as the process lives (tasksapp.engine.cluster.liveness).
 WORKER_LOCK_CLASS = 7_316_004
 TAKE_WORKER_LOCK = (
     "SELECT pg_try_advisory_lock(%(worker_class)s, hashtext(%(name)s)), hashtext(%(name)s)"
@@ -60,7 +56,7 @@ SELECT pg_advisory_unlock(%(partition_class)s, p) FROM unnest(%(partitions)s::in
 """
 
 LOCK_DISPATCHER = "SELECT pg_advisory_lock(%(dispatcher_class)s, %(dispatcher_id)s)"
-# The lock rings (tasksapp.engine.lock_ring): the live keys of a lock class (held
+# The lock rings (tasksapp.engine.cluster.lock_ring): the live keys of a lock class (held
 # exclusively, by their owners), and the wait on one of them that is granted when its
 # owner's session ends. The wait is shared: a watcher that holds a dead key for a moment
 # never looks like its owner, to another watcher or to a count of the live.
@@ -74,3 +70,18 @@ WAIT_FOR_LOCK = "SELECT pg_advisory_lock_shared(%(lock_class)s, %(key)s)"
 UNLOCK_KEY = "SELECT pg_advisory_unlock_shared(%(lock_class)s, %(key)s)"
 
 # The trigger that sends these notifications is installed by migration 0002.
+
+# Whether a worker process's liveness lock (`w`, its row) or a dispatcher's coordination
+# lock (`d`, its row) is still held: the job store ends a dead process's leases with them.
+WORKER_LOCK_HELD = """EXISTS (
+      SELECT 1 FROM pg_locks l
+      WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
+        AND l.classid = %(worker_class)s
+        AND l.objid = w.liveness_key::oid AND l.objsubid = 2
+        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))"""
+DISPATCHER_LOCK_HELD = """EXISTS (
+      SELECT 1 FROM pg_locks l
+      WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
+        AND l.classid = %(dispatcher_class)s AND l.objid = (d.id %% 2147483648)::oid
+        AND l.objsubid = 2
+        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))"""

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from tasksapp.engine import sql
 from tasksapp.engine.clock import ClockOffset
-from tasksapp.engine.lock_ring import LockRingWatcher
-from tasksapp.engine.store.pg_session import session_connection_params
+from tasksapp.engine.cluster import sql
+from tasksapp.engine.cluster.lock_ring import LockRingWatcher
+from tasksapp.engine.cluster.session import session_connection_params
 
 log = logging.getLogger(__name__)
 
@@ -257,36 +257,3 @@ class PostgresCoordinator:
             return []
         watcher.peer_gone.clear()
         return [PEER_GONE]
-
-
-class LocalCoordinator:
-    """Without PostgreSQL (embedded SQLite): one instance owns every partition and finds
-    new work by short polls."""
-
-    def __init__(self, *, partitions: int, instance_id: int) -> None:
-        self.partitions = partitions
-        self.owned: set[int] = set()
-        self.clock = ClockOffset()  # SQLite: the clock is ours
-        self.connected = False
-
-    def connect(self) -> None:
-        self.owned = set()
-        self.connected = True
-
-    def close(self) -> None:
-        self.connected = False
-        self.owned = set()
-
-    @property
-    def served(self) -> set[int]:
-        return self.owned  # no peer to hand partitions to
-
-    def rebalance(self, *, adopt_orphans: bool = False) -> Rebalance:
-        if self.owned:
-            return Rebalance()
-        self.owned = set(range(self.partitions))
-        return Rebalance(gained=sorted(self.owned))
-
-    def wait(self, timeout: float) -> list[str]:
-        time.sleep(max(timeout, 0.0))
-        return []

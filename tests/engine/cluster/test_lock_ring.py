@@ -7,8 +7,8 @@ import time
 import psycopg
 import pytest
 
-from tasksapp.engine import sql
-from tasksapp.engine.lock_ring import LockRingWatcher, next_peer
+from tasksapp.engine.cluster import sql
+from tasksapp.engine.cluster.lock_ring import LockRingWatcher, next_peer
 from tests.conftest import THIS_DATABASE, session_params
 from tests.processes.support import wait_for
 

@@ -17,7 +17,7 @@ import threading
 
 import psycopg
 
-from tasksapp.engine import sql
+from tasksapp.engine.cluster import sql
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from tasksapp.engine.cluster.liveness import LivenessLock
+from tasksapp.engine.cluster.session import session_connection_params
+from tasksapp.engine.cluster.sql import WORKER_LOCK_CLASS
 from tasksapp.engine.models import Job, JobState, WorkerProcess
-from tasksapp.engine.sql import WORKER_LOCK_CLASS
-from tasksapp.engine.store.pg_session import session_connection_params
 from tasksapp.engine.transitions import job_expire_dead_workers, job_reap_expired
-from tasksapp.engine.worker.liveness import LivenessLock
 from tests.conftest import THIS_DATABASE
 from tests.factories import JobFactory
 from tests.processes.support import wait_for
@@ -120,7 +120,7 @@ def test_threads_asking_at_once_share_one_session_and_the_lock_stays_held(monkey
     second sessions that fail and, closing, drop the first one's lock."""
     import threading
 
-    from tasksapp.engine.worker import liveness
+    from tasksapp.engine.cluster import liveness
 
     opened = []
     connect = liveness._connect
