@@ -134,7 +134,7 @@ def main() -> None:
     django_on(f"{SERVER_URL}/postgres")  # for the statements' text: no query through Django
     from bench.claim_plan import earlier
     from bench.routing.__main__ import INSERT, SPAN
-    from tasksapp.engine.sql import JOB_TABLE
+    from tasksapp.engine.db import JOB_TABLE
     from tasksapp.engine.store import postgres_sql as sql
 
     rows = []

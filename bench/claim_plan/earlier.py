@@ -11,7 +11,7 @@ Both take the fencing tokens as a list beside the ids (`tokens`), and a success'
 and begin times as lists (`results`, `began_ms`). Import after Django is set up.
 """
 
-from tasksapp.engine.sql import JOB_TABLE
+from tasksapp.engine.db import JOB_TABLE
 from tasksapp.engine.store.postgres_sql import CLAIM_LIMITED, STARTED_OUTPUT
 
 
