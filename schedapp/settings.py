@@ -340,14 +340,11 @@ TEMPO = {
     # How far ahead one poll looks, and how often a dispatcher polls at the latest.
     "LOOKAHEAD_SECONDS": env.float("TEMPO_LOOKAHEAD_SECONDS", default=300.0),
     "POLL_INTERVAL_SECONDS": env.float("TEMPO_POLL_INTERVAL_SECONDS", default=240.0),
-    # Without LISTEN/NOTIFY (SQLite) new work is found by this short poll instead.
-    "FALLBACK_POLL_SECONDS": env.float("TEMPO_FALLBACK_POLL_SECONDS", default=0.5),
     # false: dispatchers on PostgreSQL do not LISTEN; they learn of work only by polling
     # every NOTIFY_OFF_POLL_SECONDS (LOOKAHEAD_SECONDS ahead), so work written at least
     # that long plus the dispatch lead before its run time is claimed on time.
     "DISPATCH_NOTIFY": env.bool("TEMPO_DISPATCH_NOTIFY", default=True),
     "NOTIFY_OFF_POLL_SECONDS": env.float("TEMPO_NOTIFY_OFF_POLL_SECONDS", default=5.0),
-    "POLL_LIMIT": env.int("TEMPO_POLL_LIMIT", default=50_000),
     "PARTITIONS": env.int("TEMPO_PARTITIONS", default=16),
     "COORDINATION_SECONDS": env.float("TEMPO_COORDINATION_SECONDS", default=2.0),
     # Claim this many ms ahead of run_at to hide the broker hop (never starts early).
@@ -356,9 +353,6 @@ TEMPO = {
     # busy cores their message has reached a worker thread by run_at. Each holds a worker
     # slot that much longer before its run time; below DISPATCH_LEAD_MS: that lead.
     "CRITICAL_LEAD_MS": env.int("TEMPO_CRITICAL_LEAD_MS", default=100),
-    # ... plus this many round trips to the database, as the dispatcher measures them: a
-    # claim, its message and the start take several (tasksapp/engine/dispatcher/loop.py).
-    "DISPATCH_LEAD_ROUND_TRIPS": env.float("TEMPO_DISPATCH_LEAD_ROUND_TRIPS", default=12.0),
     # A claimed job must be started by a worker within this time, or it is returned.
     "CLAIM_TTL_SECONDS": env.float("TEMPO_CLAIM_TTL_SECONDS", default=10.0),
     # A running job's lease; the worker renews it every third of it.
@@ -387,10 +381,8 @@ TEMPO = {
     # (1: one after another). Pair a value > 1 with `celery worker -c 1`.
     "BATCH_PARALLELISM": env.int("TEMPO_BATCH_PARALLELISM", default=1),
     # Transactional jobs of a batch share one transaction, each in a savepoint of its own,
-    # committed together with their successes: at most this many jobs whose handlers ran
-    # statements in one (1: one transaction per job), committed this many ms after its
-    # first job finished.
-    "TRANSACTION_GROUP_JOBS": env.int("TEMPO_TRANSACTION_GROUP_JOBS", default=50),
+    # committed together with their successes this many ms after its first job finished
+    # (tasksapp/engine/worker/groups.py).
     "TRANSACTION_GROUP_MS": env.float("TEMPO_TRANSACTION_GROUP_MS", default=50.0),
     # Backpressure: claim only while fewer messages than this wait in the queue.
     "MAX_QUEUED_MESSAGES": env.int("TEMPO_MAX_QUEUED_MESSAGES", default=64),
@@ -408,13 +400,8 @@ TEMPO = {
     "INDEX_REDIS_URL": env.str("TEMPO_INDEX_REDIS_URL", default=CELERY_BROKER_URL),
     # Key prefix of the index; by default the queue name, so clusters never share one.
     "INDEX_PREFIX": env.str("TEMPO_INDEX_PREFIX", default=""),
-    # How often the index takes in jobs due beyond the notify window (jobs-table reads).
-    "INDEX_SYNC_SECONDS": env.float("TEMPO_INDEX_SYNC_SECONDS", default=300.0),
-    # How often an idle dispatcher asks the index (and so notices an emptied Redis).
-    "INDEX_CHECK_SECONDS": env.float("TEMPO_INDEX_CHECK_SECONDS", default=1.0),
     # A take not confirmed within this time is returned to the index by any instance.
     "INDEX_LEASE_SECONDS": env.float("TEMPO_INDEX_LEASE_SECONDS", default=5.0),
-    "INDEX_RETURN_SECONDS": env.float("TEMPO_INDEX_RETURN_SECONDS", default=2.0),
     # Largest payload and result a job may carry, in bytes of JSON text, and the deepest
     # nesting of either (tasksapp/engine/jsonvalues.py); larger ones are refused.
     "MAX_PAYLOAD_BYTES": env.int("TEMPO_MAX_PAYLOAD_BYTES", default=1_048_576),

@@ -34,15 +34,12 @@ ERR_NOT_A_DICT = "{setting} must be a dict of keys to values, not {kind}."
 DEFAULTS: dict[str, object] = {
     "LOOKAHEAD_SECONDS": 300.0,
     "POLL_INTERVAL_SECONDS": 240.0,
-    "FALLBACK_POLL_SECONDS": 0.5,
     "DISPATCH_NOTIFY": True,
     "NOTIFY_OFF_POLL_SECONDS": 5.0,
-    "POLL_LIMIT": 50_000,
     "PARTITIONS": 16,
     "COORDINATION_SECONDS": 2.0,
     "DISPATCH_LEAD_MS": 40,
     "CRITICAL_LEAD_MS": 100,
-    "DISPATCH_LEAD_ROUND_TRIPS": 12.0,
     "CLAIM_TTL_SECONDS": 10.0,
     "RUN_LEASE_SECONDS": 6.0,
     "DEFERRED_START_SECONDS": 1.0,
@@ -52,7 +49,6 @@ DEFAULTS: dict[str, object] = {
     "MAX_BATCH": 250,
     "FANOUT": 32,
     "BATCH_PARALLELISM": 1,
-    "TRANSACTION_GROUP_JOBS": 50,
     "TRANSACTION_GROUP_MS": 50.0,
     "MAX_QUEUED_MESSAGES": 64,
     "QUEUE": "tempo",
@@ -63,10 +59,7 @@ DEFAULTS: dict[str, object] = {
     "DISPATCH_MODE": "database",
     "INDEX_REDIS_URL": "",
     "INDEX_PREFIX": "",
-    "INDEX_SYNC_SECONDS": 300.0,
-    "INDEX_CHECK_SECONDS": 1.0,
     "INDEX_LEASE_SECONDS": 5.0,
-    "INDEX_RETURN_SECONDS": 2.0,
     "MAX_PAYLOAD_BYTES": 1_048_576,
     "MAX_RESULT_BYTES": 1_048_576,
     "MAX_JSON_DEPTH": 32,
@@ -130,15 +123,12 @@ class TempoSettings:
 
     lookahead_seconds: float
     poll_interval_seconds: float
-    fallback_poll_seconds: float
     dispatch_notify: bool
     notify_off_poll_seconds: float
-    poll_limit: int
     partitions: int
     coordination_seconds: float
     dispatch_lead_ms: int
     critical_lead_ms: int
-    dispatch_lead_round_trips: float
     claim_ttl_seconds: float
     run_lease_seconds: float
     deferred_start_seconds: float
@@ -148,7 +138,6 @@ class TempoSettings:
     max_batch: int
     fanout: int
     batch_parallelism: int
-    transaction_group_jobs: int
     transaction_group_ms: float
     max_queued_messages: int
     queue: str
@@ -159,10 +148,7 @@ class TempoSettings:
     dispatch_mode: str
     index_redis_url: str
     index_prefix: str
-    index_sync_seconds: float
-    index_check_seconds: float
     index_lease_seconds: float
-    index_return_seconds: float
     max_payload_bytes: int
     max_result_bytes: int
     max_json_depth: int
@@ -173,11 +159,8 @@ class TempoSettings:
     def __post_init__(self) -> None:
         if not self.default_time_limit_seconds > 0:
             raise ValueError("TEMPO_DEFAULT_TIME_LIMIT_SECONDS must be a positive number")
-        if self.transaction_group_jobs < 1 or not self.transaction_group_ms >= 0:
-            raise ValueError(
-                "TEMPO_TRANSACTION_GROUP_JOBS must be at least 1 and "
-                "TEMPO_TRANSACTION_GROUP_MS at least 0"
-            )
+        if not self.transaction_group_ms >= 0:
+            raise ValueError("TEMPO_TRANSACTION_GROUP_MS must be at least 0")
         if self.db_pooler not in DB_POOLERS:
             raise ValueError(
                 f"TEMPO_DB_POOLER must be empty or transaction, not {self.db_pooler!r}"

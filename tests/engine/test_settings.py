@@ -6,9 +6,9 @@ from tasksapp.engine.settings import TempoSettings, tempo_settings
 
 
 def test_every_key_becomes_a_typed_field(settings):
-    settings.TEMPO = {**settings.TEMPO, "POLL_LIMIT": 50.0, "COORDINATION_SECONDS": 1}
+    settings.TEMPO = {**settings.TEMPO, "PARTITIONS": 8.0, "COORDINATION_SECONDS": 1}
     loaded = TempoSettings.load()
-    assert loaded.poll_limit == 50 and isinstance(loaded.poll_limit, int)
+    assert loaded.partitions == 8 and isinstance(loaded.partitions, int)
     assert loaded.coordination_seconds == 1.0 and isinstance(loaded.coordination_seconds, float)
     assert loaded.queue == settings.TEMPO["QUEUE"]
 

@@ -8,7 +8,7 @@ database mode) is the only instance that writes its shard, so rebuilds never ove
 - Index writes: the NOTIFY trigger already announces, after commit, every insert,
   reschedule, retry, reap and cancel of work due within 15 min from every writer
   (including the planner's set-based insert); the owner turns it into ZADD/ZREM.
-  Work due later is read into the index by a sync every `INDEX_SYNC_SECONDS`
+  Work due later is read into the index by a sync every `SYNC_SECONDS`
   (jobs-table reads, counted as polls).
 - Take: members due by now + lead move to in-flight (one Lua script), with the routes
   the index keeps beside them (queue, priority), and are handed to the inner database
@@ -32,7 +32,7 @@ import redis
 from tasksapp.contrib.redis_index.index import MAX_TAKE, RedisIndex, Taken
 from tasksapp.engine.dispatcher.routing import Route, default_route
 from tasksapp.engine.dispatcher.sources.base import MODE_UNREACHABLE, DispatchContext
-from tasksapp.engine.dispatcher.sources.database import DatabaseSource
+from tasksapp.engine.dispatcher.sources.database import POLL_LIMIT, DatabaseSource
 from tasksapp.engine.models import Dispatcher
 from tasksapp.engine.options import MAX_PRIORITY
 from tasksapp.engine.settings import NOTIFY_WINDOW_SECONDS
@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 MODE_REDIS = "redis"
 MODE_FALLBACK = "redis-fallback"  # some shards are rebuilt, served by polling meanwhile
 WINDOW_MS = NOTIFY_WINDOW_SECONDS * 1000
+SYNC_SECONDS = 300.0  # how often the index takes in work due beyond the notify window
+CHECK_SECONDS = 1.0  # how often an idle dispatcher asks the index (an emptied Redis)
+RETURN_SECONDS = 2.0  # how often expired takes are looked for and returned
 DEFAULT_PARTITIONS = 16  # TEMPO_PARTITIONS' default
 HORIZON_MARGIN_MS = 2000
 MAX_BACKOFF_SECONDS = 16.0  # clock estimates: the recorded horizon errs on the early side
@@ -155,7 +158,7 @@ class RedisIndexSource:
         self.pending = owned  # whatever was announced meanwhile is only in the database
         # Back off: a Redis that times out would otherwise stall the polling loop often.
         self.failures += 1
-        backoff = self.settings.index_check_seconds * 2 ** (self.failures - 1)
+        backoff = CHECK_SECONDS * 2 ** (self.failures - 1)
         backoff = min(MAX_BACKOFF_SECONDS, backoff)
         self.next_try = self.context.now_ms() + backoff * 1000
 
@@ -201,7 +204,7 @@ class RedisIndexSource:
             return
         shards = sorted(self.rebuilding)
         rows = self._read_page(shards, after=self.rebuild_cursor)
-        if len(rows) >= self.settings.poll_limit:
+        if len(rows) >= POLL_LIMIT:
             self.rebuild_cursor = (rows[-1].run_at, rows[-1].id)
             return
         done = {
@@ -222,7 +225,7 @@ class RedisIndexSource:
         self.database.drop_held(shards)  # they are in the index now
         self.next_take = 0.0
         if not self.next_sync:  # just read up to the window's end
-            self.next_sync = self.context.now_ms() + self.settings.index_sync_seconds * 1000
+            self.next_sync = self.context.now_ms() + SYNC_SECONDS * 1000
 
     def _sync(self) -> None:
         """Read jobs due between the shards' horizon and the notify window's end."""
@@ -232,7 +235,7 @@ class RedisIndexSource:
         new_horizon = int(self.context.now_ms()) + WINDOW_MS - HORIZON_MARGIN_MS
         self._read_into_index(shards, after=floor)
         self.index.set_horizon(shards, new_horizon)
-        self.next_sync = self.context.now_ms() + self.settings.index_sync_seconds * 1000
+        self.next_sync = self.context.now_ms() + SYNC_SECONDS * 1000
 
     def _read_into_index(self, shards: list[int], *, after: int | None) -> None:
         cursor = None
@@ -240,7 +243,7 @@ class RedisIndexSource:
             cursor = (dt.datetime.fromtimestamp((after - 1) / 1000, tz=dt.UTC), 0)
         while True:
             rows = self._read_page(shards, after=cursor)
-            if len(rows) < self.settings.poll_limit:
+            if len(rows) < POLL_LIMIT:
                 return
             cursor = (rows[-1].run_at, rows[-1].id)
 
@@ -249,7 +252,7 @@ class RedisIndexSource:
             lookahead=NOTIFY_WINDOW_SECONDS,
             partitions=self.partitions,
             owned=shards,
-            limit=self.settings.poll_limit,
+            limit=POLL_LIMIT,
             after=after,
         )
         self.context.counters.update(polls=1, statements=1, rows_fetched=len(rows))
@@ -286,7 +289,7 @@ class RedisIndexSource:
         return self.context.lead_ms(MAX_PRIORITY)
 
     def _plan_next_take(self, taken: Taken, now: float, *, full: bool) -> None:
-        check = now + self.settings.index_check_seconds * 1000
+        check = now + CHECK_SECONDS * 1000
         if full:  # more may be due: again next turn
             self.next_take = now
         elif taken.next_ms is not None:
@@ -295,7 +298,7 @@ class RedisIndexSource:
             self.next_take = check
 
     def _return_expired(self) -> None:
-        interval_ms = int(self.settings.index_return_seconds * 1000)
+        interval_ms = int(RETURN_SECONDS * 1000)
         returned = self.index.return_expired(
             partitions=self.partitions,
             owner=self.context.name,

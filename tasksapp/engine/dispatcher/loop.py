@@ -52,6 +52,12 @@ from tasksapp.engine.transitions import (
 
 log = logging.getLogger(__name__)
 
+# Without notifications on SQLite (one instance) new work is found by this short poll.
+LOCAL_POLL_SECONDS = 0.5
+# The claim lead covers this many measured round trips to the database besides
+# TEMPO_DISPATCH_LEAD_MS: a claim, its message and the start take several.
+LEAD_ROUND_TRIPS = 12.0
+
 COUNTER_FIELDS = (
     "polls",
     "rows_fetched",
@@ -149,7 +155,7 @@ class DispatcherLoop:
             return self.settings.poll_interval_seconds
         if self.on_postgres:
             return self.settings.notify_off_poll_seconds
-        return self.settings.fallback_poll_seconds
+        return LOCAL_POLL_SECONDS
 
     def _reset_schedule(self) -> None:
         self.next_coordination = 0.0
@@ -228,7 +234,7 @@ class DispatcherLoop:
         local network that adds a millisecond or two; 25 ms away, some 300 ms. A job of
         `priority` at or above the critical one: TEMPO_CRITICAL_LEAD_MS, if longer."""
         round_trip = self.coordinator.clock.round_trip_ms if self.coordinator else 0.0
-        extra = self.settings.dispatch_lead_round_trips * round_trip
+        extra = LEAD_ROUND_TRIPS * round_trip
         lead = self.settings.dispatch_lead_ms
         if priority is not None and priority >= self.rules.critical_priority:
             lead = max(lead, self.settings.critical_lead_ms)  # critical: ready well ahead

@@ -1,7 +1,7 @@
 """Transactional groups: the transactional jobs of a batch share one transaction.
 
 One transaction per job costs two statements per job (its success and the commit); a
-group costs them once for up to TRANSACTION_GROUP_JOBS jobs. Each job's effects sit in a
+group costs them once for up to GROUP_JOBS jobs. Each job's effects sit in a
 savepoint of its own, made before the handler's first statement (a handler that never
 touches the database costs no round trip), so that a job that fails rolls back alone.
 The group is kept short (a time, a count of savepoints) because it holds its jobs' row
@@ -22,7 +22,6 @@ from django.db import DatabaseError, DataError, IntegrityError
 from tasksapp.engine.db import on_postgres, tempo_atomic, tempo_connection
 from tasksapp.engine.handlers import owns_transaction, resolve_handler
 from tasksapp.engine.models import Delivery
-from tasksapp.engine.settings import tempo_settings
 from tasksapp.engine.store.pg_session import transaction_aborted
 from tasksapp.engine.transitions import StartedJob, job_succeed
 from tasksapp.engine.worker.attempt import begin, call, refuse_if_cancelled, run_one
@@ -37,6 +36,9 @@ from tasksapp.engine.worker.outcomes import (
 
 log = logging.getLogger(__name__)
 
+# Savepoints (jobs whose handlers ran statements) in one group at most: under
+# PostgreSQL's 64 cached subtransactions per transaction.
+GROUP_JOBS = 50
 ERR_TRANSACTION_ABORTED = (
     "the handler returned after a database error it caught: its transaction was aborted"
 )
@@ -55,7 +57,7 @@ def shares_transaction(job: StartedJob) -> bool:
     transactional job on PostgreSQL whose handler does not ask for its own."""
     if job.delivery != Delivery.TRANSACTIONAL or not _on_postgres():
         return False
-    return tempo_settings().transaction_group_jobs > 1 and not owns_transaction(job.handler)
+    return not owns_transaction(job.handler)
 
 
 @functools.cache
@@ -66,7 +68,7 @@ def _on_postgres() -> bool:
 def run_group(first, take, keeper: LeaseKeeper, results: list) -> tuple | None:
     """Run transactional jobs (`first`, then what `take()` hands out) in one transaction,
     each in its own savepoint, and record their successes in one token-fenced statement
-    before the commit. The group ends when TRANSACTION_GROUP_JOBS of its handlers ran
+    before the commit. The group ends when GROUP_JOBS of its handlers ran
     statements (a job that touched no database holds nothing and is not counted), when
     TRANSACTION_GROUP_MS have passed since its first job finished, or before a job that
     would wait past that or must not share it; returns that job (None if none was taken).
@@ -85,7 +87,7 @@ def run_group(first, take, keeper: LeaseKeeper, results: list) -> tuple | None:
                 index, current = item
                 members.append((index, current, *_run_member(current, keeper, savepoints)))
                 closes = min(closes, time.monotonic() + settings.transaction_group_ms / 1000)
-                full = savepoints.made >= settings.transaction_group_jobs
+                full = savepoints.made >= GROUP_JOBS
                 item = None if full or time.monotonic() >= closes else take()
             _record_group_successes(members)
     except _GroupRefused as refused:

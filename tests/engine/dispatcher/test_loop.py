@@ -16,7 +16,8 @@ from tasksapp.engine.clock import ClockOffset
 from tasksapp.engine.cluster import sql
 from tasksapp.engine.cluster.partitions import PostgresCoordinator
 from tasksapp.engine.dispatcher.broker import split_batches
-from tasksapp.engine.dispatcher.loop import DispatcherLoop
+from tasksapp.engine.dispatcher.loop import LEAD_ROUND_TRIPS, DispatcherLoop
+from tasksapp.engine.dispatcher.sources import database as database_source
 from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState
 from tasksapp.engine.services import job_schedule
 from tasksapp.engine.transitions import Claim
@@ -104,14 +105,12 @@ def test_the_lead_grows_with_the_measured_round_trip_to_the_database(loops, publ
     measured = loop.coordinator.clock.round_trip_ms
     assert measured > 0
     settings = loop.settings
-    extra = round(settings.dispatch_lead_round_trips * measured)
+    extra = round(LEAD_ROUND_TRIPS * measured)
     assert loop.lead_ms() == settings.dispatch_lead_ms + extra
     far = ClockOffset()
     far.observe(0.0, 25.0, 12.5)  # a database 25 ms away
     loop.coordinator.clock = far
-    assert loop.lead_ms() == settings.dispatch_lead_ms + round(
-        settings.dispatch_lead_round_trips * 25
-    )
+    assert loop.lead_ms() == settings.dispatch_lead_ms + round(LEAD_ROUND_TRIPS * 25)
 
 
 def test_a_job_scheduled_for_now_wakes_the_dispatcher_without_a_poll(loops, publisher, fast):
@@ -295,8 +294,8 @@ def test_a_publish_that_fails_leaves_the_claim_to_the_reaper(loops, fast, settin
     assert Job.objects.get(id=job.id).lease_token >= 2
 
 
-def test_a_burst_larger_than_one_poll_page_is_fetched_in_pages(loops, publisher, fast, settings):
-    settings.TEMPO = {**settings.TEMPO, "POLL_LIMIT": 50}
+def test_a_burst_larger_than_one_poll_page_is_fetched_in_pages(loops, publisher, fast, monkeypatch):
+    monkeypatch.setattr(database_source, "POLL_LIMIT", 50)
     run_at = timezone.now() + dt.timedelta(seconds=20, microseconds=654_321)
     ids = [job_schedule(handler=HANDLER, run_at=run_at).id for _ in range(120)]
     loop = loops("d1", publisher)

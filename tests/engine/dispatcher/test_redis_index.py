@@ -10,6 +10,7 @@ import pytest
 import redis
 from django.utils import timezone
 
+from tasksapp.contrib.redis_index import source as redis_source
 from tasksapp.contrib.redis_index.index import GENERATION, RedisIndex
 from tasksapp.engine.dispatcher.loop import DispatcherLoop
 from tasksapp.engine.models import Dispatcher, Job
@@ -145,14 +146,14 @@ def test_ack_forgets_the_takes(index):
 
 
 @pytest.fixture
-def redis_mode(settings, prefix):
+def redis_mode(settings, prefix, monkeypatch):
+    monkeypatch.setattr(redis_source, "CHECK_SECONDS", 0.1)
     settings.TEMPO = {
         **settings.TEMPO,
         "DISPATCH_MODE": "redis",
         "INDEX_PREFIX": prefix,
         "INDEX_REDIS_URL": settings.CELERY_BROKER_URL,
         "COORDINATION_SECONDS": 0.1,
-        "INDEX_CHECK_SECONDS": 0.1,
     }
 
 

@@ -8,6 +8,7 @@ import time
 import pytest
 from django.utils import timezone
 
+from tasksapp.contrib.redis_index import source as redis_source
 from tasksapp.engine.dispatcher.loop import DispatcherLoop
 from tasksapp.engine.models import Dispatcher, Job, JobState
 from tasksapp.engine.queues import (
@@ -219,7 +220,7 @@ def test_a_lasting_backlog_switches_degraded_mode_on_for_a_spell(loop, settings)
     assert states(*backlog) == [JobState.SCHEDULED] * 5  # their queue is still full
 
 
-def test_a_lost_redis_index_switches_degraded_mode_on(loop, settings):
+def test_a_lost_redis_index_switches_degraded_mode_on(loop, settings, monkeypatch):
     """Redis mode with the index unreachable (nothing listens on its port): every shard
     is polled from the database, and only critical jobs are claimed until it is back."""
     settings.TEMPO = {
@@ -227,8 +228,8 @@ def test_a_lost_redis_index_switches_degraded_mode_on(loop, settings):
         "DISPATCH_MODE": "redis",
         "INDEX_REDIS_URL": "redis://127.0.0.1:9/0",  # the discard port: refused
         "COORDINATION_SECONDS": 0.1,
-        "INDEX_CHECK_SECONDS": 0.1,
     }
+    monkeypatch.setattr(redis_source, "CHECK_SECONDS", 0.1)
     low, critical = due(priority=5), due(priority=9)
     dispatcher = loop()
     run_until(lambda: dispatcher.publisher.claims, dispatcher)

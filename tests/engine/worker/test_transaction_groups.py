@@ -8,6 +8,7 @@ from django.test.utils import CaptureQueriesContext
 from tasksapp.engine.models import Job, JobState
 from tasksapp.engine.services import job_cancel
 from tasksapp.engine.transitions import job_claim_due
+from tasksapp.engine.worker import groups
 from tasksapp.engine.worker.executor import execute_batch
 from tasksapp.engine.worker.groups import ERR_TRANSACTION_ABORTED
 from tests.engine.worker.test_executor import claim_and_run
@@ -70,16 +71,16 @@ def test_a_failed_job_rolls_back_only_itself_and_the_others_commit_together(effe
     assert len(committed_by([ok, ok2, ok3])) == 1
 
 
-def test_a_group_holds_at_most_its_count_of_jobs(settings, effects):
-    settings.TEMPO = {**settings.TEMPO, "TRANSACTION_GROUP_JOBS": 2}
+def test_a_group_holds_at_most_its_count_of_jobs(monkeypatch, effects):
+    monkeypatch.setattr(groups, "GROUP_JOBS", 2)
     jobs = batch(*["record"] * 5)
     assert {job.state for job in jobs} == {JobState.SUCCEEDED}
     assert [effects.count(job.id) for job in jobs] == [1] * 5
     assert len(committed_by(jobs)) == 3
 
 
-def test_a_group_of_one_is_a_transaction_per_job(settings, effects):
-    settings.TEMPO = {**settings.TEMPO, "TRANSACTION_GROUP_JOBS": 1}
+def test_a_group_of_one_is_a_transaction_per_job(monkeypatch, effects):
+    monkeypatch.setattr(groups, "GROUP_JOBS", 1)
     jobs = batch("record", "record_then_fail", "record")
     assert [job.state for job in jobs] == [JobState.SUCCEEDED, JobState.FAILED, JobState.SUCCEEDED]
     assert [effects.count(job.id) for job in jobs] == [1, 0, 1]

@@ -23,6 +23,8 @@ from tasksapp.engine.dispatcher.wheel import TimingWheel
 from tasksapp.engine.transitions import DueJob, job_poll_due
 
 MODE_DATABASE = "database"
+# One poll reads at most this many due jobs (the next poll goes on after the last).
+POLL_LIMIT = 50_000
 
 
 class DatabaseSource:
@@ -90,7 +92,7 @@ class DatabaseSource:
         if not owned:
             self.next_poll = self.context.now_ms() + self.settings.poll_interval_seconds * 1000
             return
-        limit = self.settings.poll_limit
+        limit = POLL_LIMIT
         now = self.context.now_ms()
         rows = job_poll_due(
             lookahead=self.settings.lookahead_seconds,
