@@ -255,8 +255,10 @@ def test_a_worker_back_from_a_broker_restart_reads_its_queue_as_soon_as_a_slot_f
         latest = sql.execute(
             "SELECT max(extract(epoch FROM started_at - run_at)) FROM tasksapp_job"
         ).fetchone()[0]
-        # Woken only by its timers, the worker starts these 12 jobs ~2 s apart.
-        assert latest < 3, f"a job started {latest:.2f} s after its run time"
+        # Woken only by its timers, the worker starts these 12 jobs ~2 s apart: the last
+        # some 20 s late. On time, each starts within ms; 5 s leaves room for a loaded
+        # machine's tail (3.0 and 4.6 s seen beside a 10,000,000-row benchmark).
+        assert latest < 5, f"a job started {latest:.2f} s after its run time"
         assert set(effect_counts(sql).values()) == {1}
     finally:
         cluster.stop()
