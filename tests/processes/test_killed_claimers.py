@@ -132,7 +132,9 @@ def test_a_worker_killed_holding_prefetched_unstarted_jobs(long_claims, sql):
     )
     total = 8
     insert_jobs(sql, count=total, start=1, spread=0.05, handler=SLOW)
-    sql.execute("UPDATE tasksapp_job SET payload = '{\"seconds\": 3}'")
+    # Long enough that w1 does not finish its first job, and take one more message
+    # ahead, before w2 (a Celery start on a loaded machine) reads the broker.
+    sql.execute("UPDATE tasksapp_job SET payload = '{\"seconds\": 10}'")
     wait_for(
         lambda: outcome(sql).get("running", 0) == 1 and outcome(sql).get("claimed", 0) == 7,
         timeout=20,
