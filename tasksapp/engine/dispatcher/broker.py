@@ -11,14 +11,14 @@ own state is behind a lock, and a broker error is handed to the loop to act on
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from tasksapp.engine.dispatcher.inflight import InFlight, waiting_job_ids
+from tasksapp.engine.dispatcher.messages import split_batches
 from tasksapp.engine.settings import DEFAULT_QUEUE, TempoSettings
 from tasksapp.engine.transitions import Claim
 
@@ -101,20 +101,6 @@ class CeleryPublisher:
             return None  # a broker hiccup
 
 
-def split_batches(
-    claims: Sequence[Claim], *, fanout: int, max_batch: int, parallelism: int = 1
-) -> list[list[list[int]]]:
-    """Cut claimed jobs into messages. Few claims: messages of `parallelism` jobs (one
-    each by default), so idle workers run them side by side. Many: up to `max_batch` per
-    message, so the broker is not the bottleneck."""
-    if not claims:
-        return []
-    size = max(min(len(claims), parallelism), math.ceil(len(claims) / fanout))
-    size = max(1, min(max_batch, size))
-    rows = [[c.id, c.token, c.run_at_ms] for c in sorted(claims, key=lambda c: c.run_at_ms)]
-    return [rows[i : i + size] for i in range(0, len(rows), size)]
-
-
 class BrokerGate:
     """Publishes claims and decides how many due jobs of a queue may be claimed now."""
 
@@ -129,6 +115,9 @@ class BrokerGate:
         self._retry_at = 0.0  # while the broker does not answer: claim nothing before
         self._error: BaseException | None = None  # the last broker error, for the loop
         self._counters: Counter[str] = Counter()
+        # Per Tempo queue, the slowest handler its workers ran lately (ms): how long a job
+        # may hold a slot, for packing jobs spread in time into one message.
+        self.slowest_ms: dict[str, float] = {}
 
     # -- sending ------------------------------------------------------------------------
     def warm_up(self) -> None:
@@ -149,6 +138,7 @@ class BrokerGate:
             fanout=self.settings.fanout,
             max_batch=self.settings.max_batch,
             parallelism=self.settings.batch_parallelism,
+            slowest_ms=self.slowest_ms.get(queue),
         )
         try:
             if queue == DEFAULT_QUEUE:

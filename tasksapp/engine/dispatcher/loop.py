@@ -28,6 +28,7 @@ from tasksapp.engine.db import tempo_connection
 from tasksapp.engine.dispatcher.broker import BROKER_RETRY_SECONDS, BrokerGate, CeleryPublisher
 from tasksapp.engine.dispatcher.degraded import DegradedMode
 from tasksapp.engine.dispatcher.limited import LimitedClaimer
+from tasksapp.engine.dispatcher.messages import slowest_handlers_read
 from tasksapp.engine.dispatcher.routing import Route, RoutingRules, routing_rules_read
 from tasksapp.engine.dispatcher.sources.base import (
     BACKPRESSURE_RETRY_MS,
@@ -160,6 +161,7 @@ class DispatcherLoop:
     def _reset_schedule(self) -> None:
         self.next_coordination = 0.0
         self.next_heartbeat = 0.0
+        self.next_slowest_read = 0.0
         self.rules_stale = True  # the routing rules are read again before the next claims
         self.upkeep.reset()
 
@@ -254,6 +256,8 @@ class DispatcherLoop:
             if self.rules_stale:
                 self._load_rules()
             self._record_degraded()  # also while only the limited claimer holds jobs
+            if self.now_ms() >= self.next_slowest_read:
+                self._read_slowest_handlers()
             self.source.step()
             self._hear_broker()
             if self.stepped_out:  # the broker failed during this step
@@ -419,6 +423,13 @@ class DispatcherLoop:
         self._flush_counters()
         self.rules_stale = True  # a missed NOTIFY costs at most one heartbeat
         self.next_heartbeat = self.now_ms() + HEARTBEAT_SECONDS * 1000
+
+    def _read_slowest_handlers(self) -> None:
+        """How long the workers' handlers hold a slot, for packing messages (messages.py):
+        read at most as often as the workers report it, and only while the loop turns."""
+        recent = self.settings.claim_ttl_seconds
+        self.broker.slowest_ms = slowest_handlers_read(within_seconds=recent)
+        self.next_slowest_read = self.now_ms() + self.settings.run_lease_seconds / 3 * 1000
 
     # -- routing ----------------------------------------------------------------------
     def _load_rules(self) -> None:

@@ -64,6 +64,11 @@ class WorkerProcess(models.Model):
     succeeded = models.BigIntegerField(default=0)
     failed = models.BigIntegerField(default=0)
     queues = models.JSONField(default=list, blank=True, help_text="The Tempo queues it serves.")
+    # How long its slowest handler of the last two heartbeats ran: dispatchers send jobs
+    # spread in time to its queues in one message only where one slot runs them in turn.
+    slowest_handler_ms = models.FloatField(
+        null=True, blank=True, help_text="Its slowest handler lately, in ms; empty: none ran."
+    )
     # The key of the advisory lock its liveness session holds (PostgreSQL ends the
     # session, and frees the lock, the moment the process dies); NULL: it holds none, or
     # a dispatcher has found it dead and ended its jobs' leases.

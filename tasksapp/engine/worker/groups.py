@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 # Savepoints (jobs whose handlers ran statements) in one group at most: under
 # PostgreSQL's 64 cached subtransactions per transaction.
 GROUP_JOBS = 50
+# A group waits this long at most for its next job's instant (jobs spread in time share a
+# message): its finished jobs' effects are not held back waiting for company.
+GROUP_WAIT_MS = 2.0
 ERR_TRANSACTION_ABORTED = (
     "the handler returned after a database error it caught: its transaction was aborted"
 )
@@ -71,7 +74,8 @@ def run_group(first, take, keeper: LeaseKeeper, results: list) -> tuple | None:
     before the commit. The group ends when GROUP_JOBS of its handlers ran
     statements (a job that touched no database holds nothing and is not counted), when
     TRANSACTION_GROUP_MS have passed since its first job finished, or before a job that
-    would wait past that or must not share it; returns that job (None if none was taken).
+    would wait past that, or over GROUP_WAIT_MS, or must not share it; returns that job
+    (None if none was taken).
 
     A failed job's savepoint rolls back alone and its failure commits with the group. If
     a success cannot be recorded (a lease lost: another process owns that job now; a
@@ -83,7 +87,7 @@ def run_group(first, take, keeper: LeaseKeeper, results: list) -> tuple | None:
     item, closes, current = first, float("inf"), first[1]
     try:
         with tempo_atomic(), db.execute_wrapper(savepoints):
-            while item is not None and _joins_group(item[1], closes):
+            while item is not None and _joins_group(item[1], closes, first=not members):
                 index, current = item
                 members.append((index, current, *_run_member(current, keeper, savepoints)))
                 closes = min(closes, time.monotonic() + settings.transaction_group_ms / 1000)
@@ -103,8 +107,12 @@ def run_group(first, take, keeper: LeaseKeeper, results: list) -> tuple | None:
     return item
 
 
-def _joins_group(job: StartedJob, closes: float) -> bool:
-    return shares_transaction(job) and job.begins_at <= closes
+def _joins_group(job: StartedJob, closes: float, *, first: bool) -> bool:
+    """Whether the job runs in the group: one that must wait for its instant longer than
+    GROUP_WAIT_MS would hold the finished jobs' commit back, so they commit first."""
+    if not shares_transaction(job):
+        return False
+    return first or job.begins_at <= min(closes, time.monotonic() + GROUP_WAIT_MS / 1000)
 
 
 def _run_member(job: StartedJob, keeper: LeaseKeeper, savepoints) -> tuple[RunOutcome, Any]:

@@ -123,6 +123,29 @@ ERR_TIME_LIMIT_STUCK = (
 START_RETRY_PAUSE_S = 0.25  # a deferred start the database refused is tried again after
 
 
+class SlowestHandler:
+    """The slowest handler of this process in its last two heartbeats, for dispatchers
+    to pack jobs spread in time into one message (dispatcher/broker.py): reported at each
+    beat, the last figure kept while no job runs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._current = self._previous = self._reported = None
+
+    def ran(self, elapsed_ms: float) -> None:
+        with self._lock:
+            self._current = max(self._current or 0.0, elapsed_ms)
+
+    def take(self) -> float | None:
+        """The figure for this beat; a new period begins."""
+        with self._lock:
+            seen = [ms for ms in (self._previous, self._current) if ms is not None]
+            if seen:
+                self._reported = max(seen)
+            self._previous, self._current = self._current, None
+            return self._reported
+
+
 class LeaseKeeper:
     """One per process: renews the leases of running jobs and writes a heartbeat; a
     watchdog thread acts at each handler's time limit."""
@@ -138,6 +161,7 @@ class LeaseKeeper:
         self._next_limit = float("inf")  # when the watchdog wakes next (monotonic)
         self._counts = {"succeeded": 0, "failed": 0}
         self.queues: list[str] = []  # the Tempo queues this worker consumes, for the dashboard
+        self.slowest = SlowestHandler()
         # Taken before the first job starts: from then on a death is seen at once
         # (liveness.py); not here, where the queues it serves are not known yet.
         self.liveness = cluster().liveness_lock(self.name, self.settings)
@@ -291,6 +315,7 @@ class LeaseKeeper:
             prune = self._may_record_held and self.liveness is not None
             if prune:
                 self._may_record_held = any(h.start_due is not None for h in self._held.values())
+        slowest_ms = self.slowest.take()
         renewed = job_renew(leases=leases, ttl=self.ttl)
         self._signal_cancels(renewed.cancel_requested)
         if prune:
@@ -305,6 +330,7 @@ class LeaseKeeper:
             succeeded=F("succeeded") + counts["succeeded"],
             failed=F("failed") + counts["failed"],
             queues=self.queues,
+            slowest_handler_ms=slowest_ms,
         )
         if not updated:
             WorkerProcess.objects.create(
@@ -315,6 +341,7 @@ class LeaseKeeper:
                 succeeded=counts["succeeded"],
                 failed=counts["failed"],
                 queues=self.queues,
+                slowest_handler_ms=slowest_ms,
             )
 
     def _signal_cancels(self, job_ids: frozenset[int]) -> None:
@@ -361,6 +388,7 @@ class LeaseKeeper:
         template = ERR_TIME_LIMIT_ENDED if self.ends_process else ERR_TIME_LIMIT_STUCK
         margin = TIME_LIMIT_RETRY_MARGIN_S if self.ends_process else 0.0
         for held in overdue:
+            self.slowest.ran(held.limit * 1000)  # at least: its handler has not returned
             stack = stack_of(held.thread)
             log.error(
                 "job %s: time limit of %g s exceeded%s", held.job.id, held.limit, logged(stack)

@@ -15,12 +15,14 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from tasksapp.engine.clock import ClockOffset
 from tasksapp.engine.cluster import sql
 from tasksapp.engine.cluster.partitions import PostgresCoordinator
-from tasksapp.engine.dispatcher.broker import split_batches
+from tasksapp.engine.dispatcher import loop as loop_module
 from tasksapp.engine.dispatcher.loop import LEAD_ROUND_TRIPS, DispatcherLoop
+from tasksapp.engine.dispatcher.messages import split_batches
 from tasksapp.engine.dispatcher.sources import database as database_source
-from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState
+from tasksapp.engine.dispatcher.sources.database import CLAIM_ROUND_MS
+from tasksapp.engine.models import Dispatcher, DispatcherCounter, Job, JobState, WorkerProcess
 from tasksapp.engine.services import job_schedule
-from tasksapp.engine.transitions import Claim
+from tasksapp.engine.transitions import Claim, job_claim_due
 from tests.conftest import THIS_DATABASE, RecordingPublisher, session_params
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -90,7 +92,8 @@ def test_holds_a_future_job_until_its_run_time(loops, publisher, fast):
     job = schedule(1.5)  # the first turn (coordination, rules, poll) ends well before
     loop = loops("d1", publisher)
     loop.step(wait=False)
-    lead = dt.timedelta(milliseconds=loop.lead_ms() + 2)  # as the job was held
+    # As the job was held: its lead, at the start of that moment's claim round.
+    lead = dt.timedelta(milliseconds=loop.lead_ms() + CLAIM_ROUND_MS + 2)
     assert job.id in loop.source.wheel and publisher.claims == []
     run_until(lambda: publisher.claims, loop)
     claimed_at = Job.objects.get(id=job.id).claimed_at
@@ -492,7 +495,33 @@ def test_a_critical_job_is_claimed_further_ahead_than_the_others(loops, publishe
     normal_lead = run_at - claimed[normal.id]
     critical_lead = run_at - claimed[critical.id]
     assert critical_lead >= dt.timedelta(milliseconds=300)  # 400 ms ahead, give or take
-    assert normal_lead <= dt.timedelta(milliseconds=20 + extra + 2)
+    assert normal_lead <= dt.timedelta(milliseconds=20 + extra + CLAIM_ROUND_MS + 2)
     # never more than the dispatch lead for all: a critical lead below it is ignored
     settings.TEMPO = {**settings.TEMPO, "CRITICAL_LEAD_MS": 5}
     assert DispatcherLoop(name="d2", publisher=publisher).lead_ms(9) == 20
+
+
+def test_a_steady_stream_is_claimed_and_sent_in_rounds(loops, publisher, fast, monkeypatch):
+    """Jobs 2 ms apart: claimed a round (CLAIM_ROUND_MS) at a time, and, once the
+    workers have said their handlers are fast, each round's jobs in one message."""
+    WorkerProcess.objects.create(
+        name="w", hostname="h", pid=1, queues=["default"], slowest_handler_ms=0.2
+    )
+    first = timezone.now() + dt.timedelta(seconds=1.5)
+    jobs = [
+        job_schedule(handler=HANDLER, run_at=first + dt.timedelta(milliseconds=2 * i))
+        for i in range(40)
+    ]
+    statements = []
+
+    def claim_due(**kwargs):
+        statements.append(kwargs["ids"])
+        return job_claim_due(**kwargs)
+
+    monkeypatch.setattr(loop_module, "job_claim_due", claim_due)
+    loop = loops("d1", publisher)
+    run_until(lambda: len(publisher.claims) == len(jobs), loop)
+    rounds = -(-80 // CLAIM_ROUND_MS) + 1  # the span, and a round it may straddle
+    assert len([ids for ids in statements if ids != [-1]]) <= rounds  # the warm-up's: -1
+    assert len(publisher.batches) <= rounds
+    assert sorted(claim[0] for claim in publisher.claims) == [job.id for job in jobs]

@@ -1,9 +1,12 @@
 """Transactional jobs of a batch in one transaction, a savepoint per job: run in-process
 against real PostgreSQL (each commit real: the tests' database is not one transaction)."""
 
+import datetime as dt
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from tasksapp.engine.models import Job, JobState
 from tasksapp.engine.services import job_cancel
@@ -151,3 +154,18 @@ def test_a_job_cancelled_before_its_start_undoes_nothing_of_the_job_before_it(ef
     assert before.state == expected.get(first, JobState.FAILED)
     assert effects.count(before.id) == (1 if first == "record" else 0)
     assert cancelled.state == JobState.CANCELLED and effects.count(cancelled.id) == 0
+
+
+def test_a_finished_job_does_not_wait_in_its_group_for_a_later_ones_instant(effects):
+    """Jobs spread in time in one message: the first commits before the second's instant
+    (GROUP_WAIT_MS), rather than holding its effects back for company."""
+    now = timezone.now()
+    first = JobFactory(handler=RECORDING + "record", run_at=now - dt.timedelta(milliseconds=10))
+    later = JobFactory(handler=RECORDING + "record", run_at=now + dt.timedelta(milliseconds=80))
+    together = JobFactory(handler=RECORDING + "record", run_at=later.run_at)
+    assert claim_and_run(first, later, together) == 3
+    jobs = [Job.objects.get(id=job.id) for job in (first, later, together)]
+    assert [effects.count(job.id) for job in jobs] == [1, 1, 1]
+    assert jobs[0].finished_at < jobs[1].run_at  # committed before the next instant
+    assert len(committed_by(jobs[:1] + jobs[1:])) == 2
+    assert len(committed_by(jobs[1:])) == 1  # due at one instant: one group

@@ -25,6 +25,11 @@ from tasksapp.engine.transitions import DueJob, job_poll_due
 MODE_DATABASE = "database"
 # One poll reads at most this many due jobs (the next poll goes on after the last).
 POLL_LIMIT = 50_000
+# Jobs whose claim times fall in one round of this many ms are claimed together at its
+# start: a steady stream is claimed, sent and started in rounds, not a job at a time.
+# Each is claimed at most this much earlier than its lead asks; its worker waits for
+# its instant (and packs it with the round's others into one message: messages.py).
+CLAIM_ROUND_MS = 20
 
 
 class DatabaseSource:
@@ -105,7 +110,7 @@ class DatabaseSource:
         self.context.flush_counters()  # scored events are written at once: a SIGKILL loses none
         for row in rows:
             self.routes[row.id] = Route(row.queue, row.priority, row.run_at_ms)
-            self.wheel.add(row.id, row.run_at_ms - self.context.lead_ms(row.priority))
+            self.wheel.add(row.id, self._claim_at(row.run_at_ms, row.priority))
         self._plan_next_poll(rows, now=now, limit=limit)
 
     def _plan_next_poll(self, rows: list[DueJob], *, now: float, limit: int) -> None:
@@ -170,9 +175,9 @@ class DatabaseSource:
         for job_id, route in jobs:
             self.wheel.remove(job_id)
             self.routes[job_id] = route
-            claim_at = route.run_at_ms - self.context.lead_ms(route.priority)
+            claim_at = self._claim_at(route.run_at_ms, route.priority)
             if claim_at > now:
-                self.wheel.add(job_id, int(claim_at))
+                self.wheel.add(job_id, claim_at)
             else:
                 self.ready.add(job_id, route)
 
@@ -186,7 +191,13 @@ class DatabaseSource:
             route = self.routes[job_id] = route or default_route(run_at_ms)
             self.ready.remove(job_id)  # rescheduled: it waits for its new run time
             self.context.limited.remove(job_id)
-            self.wheel.add(job_id, run_at_ms - self.context.lead_ms(route.priority))
+            self.wheel.add(job_id, self._claim_at(run_at_ms, route.priority))
+
+    def _claim_at(self, run_at_ms: float, priority: int) -> int:
+        """When to claim a job: its lead before its run time, at the start of that
+        moment's claim round (CLAIM_ROUND_MS)."""
+        at = int(run_at_ms - self.context.lead_ms(priority))
+        return at - at % CLAIM_ROUND_MS
 
     def waiting(self) -> int:
         return len(self.ready) + self.context.limited.waiting()
