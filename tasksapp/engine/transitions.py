@@ -188,12 +188,12 @@ def job_start(
     claims: Sequence[tuple[int, int]],
     worker: str,
     ttl: float,
-    defer_at_least_once: bool = False,
+    defer_starts: bool = False,
 ) -> list[StartedJob]:
     """claimed → running for each (id, token) still holding its claim and due within
     START_LEAD_SECONDS. The handler must not begin before `StartedJob.begins_at`.
-    `defer_at_least_once`: those jobs stay claimed, held by `worker` (its row records
-    them), their start written later by `job_start_held` or with their end."""
+    `defer_starts`: those not at-most-once stay claimed, held by `worker` (its row
+    records them), their start written later by `job_start_held` or with their end."""
     if not claims:
         return []
     return job_store().start(
@@ -201,7 +201,7 @@ def job_start(
         worker=worker,
         ttl=ttl,
         lead=START_LEAD_SECONDS,
-        defer_at_least_once=defer_at_least_once,
+        defer_starts=defer_starts,
     )
 
 

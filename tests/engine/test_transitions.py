@@ -224,17 +224,20 @@ def worker_row():
 
 def start_deferring(*jobs, worker="host:7"):
     claims = [(job.id, claim_one(job).token) for job in jobs]
-    return job_start(claims=claims, worker=worker, ttl=5, defer_at_least_once=True), claims
+    return job_start(claims=claims, worker=worker, ttl=5, defer_starts=True), claims
 
 
-def test_a_deferred_start_reads_at_least_once_jobs_and_starts_the_others(worker_row):
-    deferred, started = JobFactory(delivery="at_least_once"), JobFactory(delivery="transactional")
-    jobs, claims = start_deferring(deferred, started)
+def test_a_deferred_start_reads_all_but_at_most_once_jobs_and_starts_those(worker_row):
+    deferred = [JobFactory(delivery="at_least_once"), JobFactory(delivery="transactional")]
+    started = JobFactory(delivery="at_most_once")  # durable before its handler, as ever
+    jobs, claims = start_deferring(*deferred, started)
     by_id = {job.id: job for job in jobs}
-    assert not by_id[deferred.id].start_written and by_id[deferred.id].attempt == 1
+    for job in deferred:
+        assert not by_id[job.id].start_written and by_id[job.id].attempt == 1
+        job.refresh_from_db()
+        assert job.state == JobState.CLAIMED and job.attempts == 0
     assert by_id[started.id].start_written and by_id[started.id].attempt == 1
-    deferred.refresh_from_db(), started.refresh_from_db()
-    assert deferred.state == JobState.CLAIMED and deferred.attempts == 0
+    started.refresh_from_db()
     assert started.state == JobState.RUNNING and started.attempts == 1
     worker_row.refresh_from_db()
     assert worker_row.held == {str(job_id): token for job_id, token in claims}
@@ -305,3 +308,24 @@ def test_the_reaper_counts_the_attempt_of_an_expired_job_a_worker_held_unstarted
     assert held.state == JobState.FAILED and held.attempts == 1
     assert held.errors[0]["attempt"] == 1 and held.last_error == LEASE_EXPIRED_ERROR
     assert lost.state == JobState.SCHEDULED and lost.attempts == 0 and lost.errors == []
+
+
+@pytest.mark.parametrize(
+    ("delivery", "state", "attempts"),
+    [("transactional", JobState.SCHEDULED, 0), ("at_least_once", JobState.FAILED, 1)],
+)
+def test_a_deferred_start_lost_with_its_worker_is_reaped_per_delivery(
+    worker_row, delivery, state, attempts
+):
+    """A transactional job whose start was deferred committed nothing when its worker
+    died: due again at once, its attempt given back, a lost run recorded. An
+    at-least-once one may have had its effects: its attempt counts."""
+    job = JobFactory(delivery=delivery, max_attempts=3)
+    _, [(job_id, token)] = start_deferring(job)
+    expire(job)
+    assert job_reap_expired(partitions=16, owned=ALL).count == 1
+    job.refresh_from_db()
+    assert (job.state, job.attempts) == (state, attempts)
+    kind = "lost_run" if delivery == "transactional" else "lease_expired"
+    assert job.errors[-1]["kind"] == kind
+    assert job_succeed(outcomes=[(job_id, token, None, None)]) == set()  # the stale token

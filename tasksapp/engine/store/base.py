@@ -122,12 +122,12 @@ class JobStore(Protocol):
         worker: str,
         ttl: float,
         lead: float,
-        defer_at_least_once: bool = False,
+        defer_starts: bool = False,
     ) -> list[rows.StartedJob]:
         """claimed → running for each (id, token) due within `lead` s. With
-        `defer_at_least_once`, at-least-once jobs are only read (`start_written` false)
-        and recorded as held on the worker's row; a store without liveness locks starts
-        them all."""
+        `defer_starts`, all but the at-most-once jobs are only read (`start_written`
+        false) and recorded as held on the worker's row; a store without liveness locks
+        starts them all."""
         ...
 
     def start_held(

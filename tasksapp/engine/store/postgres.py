@@ -219,10 +219,10 @@ class PostgresJobStore(InsertsBySource, OperatorTransitions):
         worker: str,
         ttl: float,
         lead: float,
-        defer_at_least_once: bool = False,
+        defer_starts: bool = False,
     ) -> list[StartedJob]:
         params = {**sql.fenced_params(claims), "worker": worker, "ttl": ttl, "lead": lead}
-        statement = sql.START_DEFERRING if defer_at_least_once else sql.START_CLAIMED
+        statement = sql.START_DEFERRING if defer_starts else sql.START_CLAIMED
         sent = time.monotonic()
         with engine_cursor() as cursor:
             cursor.execute(statement, params)

@@ -251,11 +251,12 @@ WHERE {STARTABLE}
 RETURNING {STARTED_OUTPUT}
 """
 
-# The same start with the at-least-once jobs' deferred (TEMPO_DEFERRED_START_SECONDS):
-# those stay `claimed` and are only read, and the worker's row records them, so that a
-# dispatcher that finds it dead counts their attempts and returns them at once
-# (EXPIRE_HELD_OF). The worker writes their start later if they are still running
-# (START_HELD), or their start and end in one update (SUCCEED_RUNNING).
+# The same start with the starts deferred (TEMPO_DEFERRED_START_SECONDS) of all but the
+# at-most-once jobs (whose start must be durable before their handler runs): those stay
+# `claimed` and are only read, and the worker's row records them, so that a dispatcher
+# that finds it dead counts their attempts and returns them at once (EXPIRE_HELD_OF). The
+# worker writes their start later if they are still running (START_HELD), or their start
+# and end in one update (SUCCEED_RUNNING).
 START_DEFERRING = f"""
 WITH registered AS (
     UPDATE tasksapp_workerprocess
@@ -264,14 +265,14 @@ WITH registered AS (
 ), started AS (
     UPDATE {JOB_TABLE} j
     SET {START_SET}
-    WHERE {STARTABLE} AND j.delivery <> {AT_LEAST_ONCE}
+    WHERE {STARTABLE} AND j.delivery = {AT_MOST_ONCE}
     RETURNING {STARTED_OUTPUT}, true AS start_written
 )
 SELECT * FROM started
 UNION ALL
 SELECT {STARTED_OUTPUT.replace("j.attempts AS attempt", f"{ATTEMPT} AS attempt")}, false
 FROM {JOB_TABLE} j
-WHERE {STARTABLE} AND j.delivery = {AT_LEAST_ONCE}
+WHERE {STARTABLE} AND j.delivery <> {AT_MOST_ONCE}
 """
 
 # The deferred starts of jobs a worker still runs: claimed -> running, as START_CLAIMED
@@ -406,13 +407,14 @@ RETURNING id
 # cancelled. Returns how
 # many were reaped, those of them due again at once, and when the next lease in these
 # partitions expires.
+# A claimed job (aliased `x`) whose start a worker deferred: its row holds the token.
+HELD_BY_A_WORKER = """EXISTS (SELECT 1 FROM tasksapp_workerprocess w
+               WHERE w.held ->> x.id::text = x.lease_token::text)"""
 REAP_EXPIRED = f"""
 WITH expired AS (
-    SELECT x.id, (x.state = {RUNNING} OR x.delivery = {AT_LEAST_ONCE} AND EXISTS (
-               SELECT 1 FROM tasksapp_workerprocess w
-               WHERE w.held ->> x.id::text = x.lease_token::text)) AS began,
+    SELECT x.id, (x.state = {RUNNING} OR {HELD_BY_A_WORKER}) AS began,
            (x.id = ANY(%(waiting)s::bigint[]) AND x.cancel_requested_at IS NULL) AS queued,
-           (x.state = {RUNNING} AND x.delivery = {TRANSACTIONAL}
+           ((x.state = {RUNNING} OR {HELD_BY_A_WORKER}) AND x.delivery = {TRANSACTIONAL}
             AND x.cancel_requested_at IS NULL
             AND (SELECT count(*) FROM jsonb_array_elements(x.errors) l
                  WHERE l ->> 'kind' = %(lost_run_kind)s) < %(free_lost_runs)s) AS rerun
@@ -434,7 +436,7 @@ WITH expired AS (
                      WHEN j.delivery = {AT_MOST_ONCE} THEN {LOST}
                      WHEN {ATTEMPT} >= j.max_attempts THEN {DEAD}
                      ELSE {FAILED} END,
-        attempts = CASE WHEN e.rerun THEN greatest(j.attempts - 1, 0)
+        attempts = CASE WHEN e.rerun THEN greatest({ATTEMPT} - 1, 0)
                         WHEN e.began THEN {ATTEMPT} ELSE j.attempts END,
         run_at = CASE WHEN e.rerun OR e.began AND j.delivery <> {AT_MOST_ONCE}
                            AND {ATTEMPT} < j.max_attempts AND j.cancel_requested_at IS NULL

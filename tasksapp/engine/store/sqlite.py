@@ -287,7 +287,7 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
         worker: str,
         ttl: float,
         lead: float,
-        defer_at_least_once: bool = False,
+        defer_starts: bool = False,
     ) -> list[StartedJob]:
         # No liveness locks here, so no deferred starts: every start is written now.
         started = []

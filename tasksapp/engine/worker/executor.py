@@ -69,7 +69,7 @@ def execute_batch(
             ttl=keeper.ttl,
             # A message of one job starts it as before: its record on the worker's row
             # would cost as much as the write it saves, on a row its other slots share.
-            defer_at_least_once=len(pairs) > 1 and keeper.defers_starts(),
+            defer_starts=len(pairs) > 1 and keeper.defers_starts(),
         )
     )
     if any(job.delivery == Delivery.AT_MOST_ONCE for job in started):
@@ -186,7 +186,7 @@ def warm_up() -> None:
     catalog reads the first time it touches a table: on a job's path, 10-20 ms of
     lateness."""
     job_start(claims=[NO_JOB], worker="", ttl=0)
-    job_start(claims=[NO_JOB], worker="", ttl=0, defer_at_least_once=True)
+    job_start(claims=[NO_JOB], worker="", ttl=0, defer_starts=True)
     job_succeed(outcomes=[(*NO_JOB, None, None)])
 
 

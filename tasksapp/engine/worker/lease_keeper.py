@@ -187,8 +187,9 @@ class LeaseKeeper:
             self.liveness.close()
 
     def defers_starts(self) -> bool:
-        """Whether this process's at-least-once starts may wait: only while its liveness
-        lock is held (a dispatcher sees its death at once and counts their attempts)."""
+        """Whether this process's starts (but for at-most-once jobs) may wait: only while
+        its liveness lock is held (a dispatcher sees its death at once and counts their
+        attempts)."""
         return (
             self.settings.deferred_start_seconds > 0
             and self.liveness is not None
