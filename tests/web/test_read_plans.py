@@ -85,13 +85,16 @@ def test_the_three_indexes_leave_out_claimed_and_running_jobs():
 
 
 def test_the_trigram_indexes_leave_out_claimed_and_running_jobs():
-    """The text search's indexes (migration 0023): a claim and a start write no entry."""
+    """The text search's indexes (migration 0023): a claim and a start write no entry;
+    a job without an error writes none in the error's (migration 0027)."""
     names = ("job_error_trgm_idx", "job_key_trgm_idx", "job_payload_trgm_idx")
     conditions = index_conditions(names)
     assert set(conditions) == set(names)
     for condition in conditions.values():
-        assert condition.startswith("(NOT ") and "'claimed'" in condition
+        assert "(NOT (" in condition and "'claimed'" in condition
         assert "'running'" in condition and "'scheduled'" not in condition
+    assert "last_error <> ''" in conditions["job_error_trgm_idx"]
+    assert "last_error" not in conditions["job_key_trgm_idx"] + conditions["job_payload_trgm_idx"]
 
 
 def page_queries(filters: JobFilters) -> tuple[list, list[str]]:

@@ -196,7 +196,7 @@ def _text_match(jobs: QuerySet[Job], text: str) -> QuerySet[Job]:
     each an expression one of the trigram indexes of migration 0023 is built on."""
     payload_text = Cast("payload", output_field=TextField())
     return jobs.filter(
-        TextContains(F("last_error"), text)
+        (~Q(last_error="") & TextContains(F("last_error"), text))  # the index's condition
         | TextContains(F("idempotency_key"), text)
         | TextContains(payload_text, text)
     )
