@@ -104,5 +104,11 @@ def test_dispatchers_read_the_slowest_handler_of_each_queue_from_live_workers():
     assert slowest_handlers_read(within_seconds=60) == {"default": 30.0, "mail": 30.0}
 
 
-def test_the_overhead_per_job_leaves_room_for_a_busy_machine():
-    assert 0.5 <= JOB_OVERHEAD_MS <= 5.0
+def test_a_job_shares_a_slot_only_if_the_one_before_is_done_by_its_instant():
+    fits = 5.0 - JOB_OVERHEAD_MS  # 5 ms apart: the handler and the overhead fill the gap
+    assert _sizes(split_batches(_spread(6, 5.0), fanout=32, max_batch=250, slowest_ms=fits)) == [6]
+    over = fits + 0.01
+    assert _sizes(split_batches(_spread(6, 5.0), fanout=32, max_batch=250, slowest_ms=over)) == [
+        3,
+        3,
+    ]

@@ -7,7 +7,7 @@ import pytest
 from django.db import OperationalError, connection
 from django.utils import timezone
 
-from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.models import Job, JobState, WorkerProcess
 from tasksapp.engine.transitions import job_claim_due
 from tasksapp.engine.worker import executor, outcomes
 from tasksapp.engine.worker import lease_keeper as keeper_module
@@ -375,3 +375,17 @@ def test_a_beat_prunes_the_record_of_deferred_starts_only_while_there_may_be_one
     assert not beat_prunes()
     assert claim_and_run(*short_jobs("tests.handlers.recording.fail_until")) == 2
     assert beat_prunes() and record() is None
+
+
+def test_the_heartbeat_reports_the_slowest_handler_for_dispatchers_to_pack_messages():
+    fast = JobFactory(handler=NOOP, delivery="at_least_once")
+    slow = JobFactory(
+        handler="tests.handlers.recording.record_slowly",
+        payload={"seconds": 0.2},
+        delivery="at_least_once",
+    )
+    assert claim_and_run(fast, slow) == 2
+    keeper = executor.lease_keeper()
+    keeper._renew_and_beat()  # as its thread does every third of the lease
+    reported = WorkerProcess.objects.get(name=keeper.name).slowest_handler_ms
+    assert 200 <= reported < 5_000  # the slow one's, in ms, not the fast one's
