@@ -197,6 +197,7 @@ class DispatcherLoop:
         a late claim)."""
         self.broker.warm_up()  # a broker away at start-up: heard of at the first turn
         job_claim_due(ids=[-1], owner=self.name, ttl=0)
+        self._read_slowest_handlers()  # the first claims are packed too
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -256,8 +257,6 @@ class DispatcherLoop:
             if self.rules_stale:
                 self._load_rules()
             self._record_degraded()  # also while only the limited claimer holds jobs
-            if self.now_ms() >= self.next_slowest_read:
-                self._read_slowest_handlers()
             self.source.step()
             self._hear_broker()
             if self.stepped_out:  # the broker failed during this step
@@ -332,6 +331,9 @@ class DispatcherLoop:
         if claims:
             self.upkeep.claims_made()
         self._publish_claims(claims)
+        reads_here = limited_queue is None  # the loop's thread, not the limited claimer's
+        if claims and reads_here and self.now_ms() >= self.next_slowest_read:
+            self._read_slowest_handlers()  # after the publish: off this claim's path
         return outcome
 
     def _claim(self, due: list[int], limited_queue: str | None) -> tuple[list[Claim], ClaimOutcome]:
@@ -426,7 +428,8 @@ class DispatcherLoop:
 
     def _read_slowest_handlers(self) -> None:
         """How long the workers' handlers hold a slot, for packing messages (messages.py):
-        read at most as often as the workers report it, and only while the loop turns."""
+        read at most as often as the workers report it, and only while claims are made
+        (an idle dispatcher sends no statement for it)."""
         recent = self.settings.claim_ttl_seconds
         self.broker.slowest_ms = slowest_handlers_read(within_seconds=recent)
         self.next_slowest_read = self.now_ms() + self.settings.run_lease_seconds / 3 * 1000
