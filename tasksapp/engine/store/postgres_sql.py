@@ -257,6 +257,12 @@ RETURNING {STARTED_OUTPUT}
 # that finds it dead counts their attempts and returns them at once (EXPIRE_HELD_OF). The
 # worker writes their start later if they are still running (START_HELD), or their start
 # and end in one update (SUCCEED_RUNNING).
+# A start that may be deferred: not at-most-once, and its claim's lease has half a run
+# lease (`ttl`) left at least, so that it does not run out before the deferred start is
+# written (a claim that waited long in the broker may be about to expire: its start is
+# written at once). One instant for both halves.
+DEFERRABLE = f"""(j.delivery <> {AT_MOST_ONCE} AND (j.lease_expires_at
+    >= statement_timestamp() + make_interval(secs => %(ttl)s / 2.0)) IS TRUE)"""
 START_DEFERRING = f"""
 WITH registered AS (
     UPDATE tasksapp_workerprocess
@@ -265,14 +271,14 @@ WITH registered AS (
 ), started AS (
     UPDATE {JOB_TABLE} j
     SET {START_SET}
-    WHERE {STARTABLE} AND j.delivery = {AT_MOST_ONCE}
+    WHERE {STARTABLE} AND NOT {DEFERRABLE}
     RETURNING {STARTED_OUTPUT}, true AS start_written
 )
 SELECT * FROM started
 UNION ALL
 SELECT {STARTED_OUTPUT.replace("j.attempts AS attempt", f"{ATTEMPT} AS attempt")}, false
 FROM {JOB_TABLE} j
-WHERE {STARTABLE} AND j.delivery <> {AT_MOST_ONCE}
+WHERE {STARTABLE} AND {DEFERRABLE}
 """
 
 # The deferred starts of jobs a worker still runs: claimed -> running, as START_CLAIMED
