@@ -5,8 +5,9 @@ it holds, so jobs share messages where they can: many due at once (a burst) are 
 into up to TEMPO_FANOUT messages, and jobs spread in time (a steady stream) share a
 message when one worker slot can run them in turn, each at its instant. How long a job
 holds a slot is learnt from the workers: each reports its slowest handler of its last
-heartbeats on its row (`slowest_handler_ms`), and the dispatcher reads them at its own
-heartbeat. A queue whose workers have reported nothing yet gets a message per job.
+heartbeats on its row (`slowest_handler_ms`), and the dispatcher reads them at start and
+after a publish, as often as they are reported. A queue whose workers have reported
+nothing yet gets a message per job.
 """
 
 from __future__ import annotations
@@ -79,11 +80,10 @@ def pack_in_turn(rows: list[list[int]], *, hold_ms: float, max_batch: int) -> li
 def slowest_handlers_read(*, within_seconds: float) -> dict[str, float]:
     """Per Tempo queue, the slowest handler its workers that beat within the last
     `within_seconds` reported (the slowest of them: any may take the next message)."""
-    rows = (
-        WorkerProcess.objects.filter(slowest_handler_ms__isnull=False)
-        .filter(heartbeat_at__gte=Now() - dt.timedelta(seconds=within_seconds))
-        .values_list("queues", "slowest_handler_ms")
-    )
+    rows = WorkerProcess.objects.filter(
+        slowest_handler_ms__isnull=False,
+        heartbeat_at__gte=Now() - dt.timedelta(seconds=within_seconds),
+    ).values_list("queues", "slowest_handler_ms")
     slowest: dict[str, float] = {}
     for queues, ms in rows:
         for queue in queues or ():

@@ -251,18 +251,19 @@ WHERE {STARTABLE}
 RETURNING {STARTED_OUTPUT}
 """
 
-# The same start with the starts deferred (TEMPO_DEFERRED_START_SECONDS) of all but the
-# at-most-once jobs (whose start must be durable before their handler runs): those stay
-# `claimed` and are only read, and the worker's row records them, so that a dispatcher
-# that finds it dead counts their attempts and returns them at once (EXPIRE_HELD_OF). The
-# worker writes their start later if they are still running (START_HELD), or their start
-# and end in one update (SUCCEED_RUNNING).
-# A start that may be deferred: not at-most-once, and its claim's lease has half a run
-# lease (`ttl`) left at least, so that it does not run out before the deferred start is
-# written (a claim that waited long in the broker may be about to expire: its start is
-# written at once). One instant for both halves.
+# A start that may be deferred: not at-most-once (whose start must be durable before its
+# handler runs), and its claim's lease has half a run lease (`ttl`) left at least, so that
+# it does not run out before the deferred start is written (a claim that waited long in
+# the broker may be about to expire: its start is written at once). One instant for both
+# halves of START_DEFERRING.
 DEFERRABLE = f"""(j.delivery <> {AT_MOST_ONCE} AND (j.lease_expires_at
     >= statement_timestamp() + make_interval(secs => %(ttl)s / 2.0)) IS TRUE)"""
+
+# The same start with the DEFERRABLE ones deferred (TEMPO_DEFERRED_START_SECONDS): those
+# stay `claimed` and are only read, and the worker's row records them, so that a
+# dispatcher that finds it dead counts their attempts and returns them at once
+# (EXPIRE_HELD_OF). The worker writes their start later if they are still running
+# (START_HELD), or their start and end in one update (SUCCEED_RUNNING).
 START_DEFERRING = f"""
 WITH registered AS (
     UPDATE tasksapp_workerprocess
@@ -413,14 +414,15 @@ RETURNING id
 # cancelled. Returns how
 # many were reaped, those of them due again at once, and when the next lease in these
 # partitions expires.
-# A claimed job (aliased `x`) whose start a worker deferred: its row holds the token.
-HELD_BY_A_WORKER = """EXISTS (SELECT 1 FROM tasksapp_workerprocess w
-               WHERE w.held ->> x.id::text = x.lease_token::text)"""
+# A leased job (aliased `x`) whose attempt began: running, or its start deferred by a
+# worker (that worker's row holds its token).
+BEGAN = f"""(x.state = {RUNNING} OR EXISTS (SELECT 1 FROM tasksapp_workerprocess w
+               WHERE w.held ->> x.id::text = x.lease_token::text))"""
 REAP_EXPIRED = f"""
 WITH expired AS (
-    SELECT x.id, (x.state = {RUNNING} OR {HELD_BY_A_WORKER}) AS began,
+    SELECT x.id, {BEGAN} AS began,
            (x.id = ANY(%(waiting)s::bigint[]) AND x.cancel_requested_at IS NULL) AS queued,
-           ((x.state = {RUNNING} OR {HELD_BY_A_WORKER}) AND x.delivery = {TRANSACTIONAL}
+           ({BEGAN} AND x.delivery = {TRANSACTIONAL}
             AND x.cancel_requested_at IS NULL
             AND (SELECT count(*) FROM jsonb_array_elements(x.errors) l
                  WHERE l ->> 'kind' = %(lost_run_kind)s) < %(free_lost_runs)s) AS rerun

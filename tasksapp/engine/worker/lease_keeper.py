@@ -125,7 +125,7 @@ START_RETRY_PAUSE_S = 0.25  # a deferred start the database refused is tried aga
 
 class SlowestHandler:
     """The slowest handler of this process in its last two heartbeats, for dispatchers
-    to pack jobs spread in time into one message (dispatcher/broker.py): reported at each
+    to pack jobs spread in time into one message (dispatcher/messages.py): reported at each
     beat, the last figure kept while no job runs."""
 
     def __init__(self) -> None:
