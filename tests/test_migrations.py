@@ -109,3 +109,51 @@ def test_the_text_search_indexes_come_and_go_and_an_interrupted_build_is_done_ag
         assert index_conditions(TRIGRAM_INDEXES) == {}
     finally:
         migrate_to_latest()
+
+
+SEARCH_INDEXES = ("job_search_key_trgm_idx", "job_search_payload_trgm_idx")
+MOVED_INDEXES = ("job_key_trgm_idx", "job_payload_trgm_idx")
+SEARCH_TRIGGERS = "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'tasksapp_job_search_%%'"
+
+
+def search_table_rows() -> dict[int, tuple[str, str]] | None:
+    """The search rows by job id; None when the table is not there."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass('tasksapp_job_search') IS NOT NULL")
+        if not cursor.fetchone()[0]:
+            return None
+        cursor.execute("SELECT job_id, idempotency_key, payload FROM tasksapp_job_search")
+        return {job_id: (key, payload) for job_id, key, payload in cursor.fetchall()}
+
+
+def search_triggers() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(SEARCH_TRIGGERS)
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's search rows")
+def test_the_keys_and_payloads_move_to_search_rows_and_back():
+    """0028 gives the jobs already there their search rows, builds the two trigram
+    indexes on them and drops the jobs table's; reversed, the jobs table's come back and
+    the rows, their triggers and indexes go."""
+    try:
+        Job = migrate([("tasksapp", "0027_job_error_trgm_without_empty_errors")]).get_model(
+            "tasksapp", "Job"
+        )
+        assert search_table_rows() is None and search_triggers() == 0
+        old = Job.objects.create(handler="a.b", run_at=timezone.now(), idempotency_key="old-1")
+        migrate([("tasksapp", "0028_job_search_rows")])
+        assert search_table_rows() == {old.id: ("old-1", "{}")}
+        with connection.cursor() as cursor:
+            cursor.execute(INDEX_STATES, [list(SEARCH_INDEXES + MOVED_INDEXES)])
+            states = {name: (method, valid) for name, method, valid in cursor.fetchall()}
+        assert states == dict.fromkeys(SEARCH_INDEXES, ("gin", True))
+        assert search_triggers() == 4
+        new = Job.objects.create(handler="a.b", run_at=timezone.now(), payload={"x": "y"})
+        assert search_table_rows()[new.id] == (new.idempotency_key, '{"x": "y"}')
+        migrate([("tasksapp", "0027_job_error_trgm_without_empty_errors")])
+        assert search_table_rows() is None and search_triggers() == 0
+        assert set(index_conditions(MOVED_INDEXES)) == set(MOVED_INDEXES)
+    finally:
+        migrate_to_latest()

@@ -1,19 +1,22 @@
 """Job search: the job list's text search over 1,000,000 jobs, without and with the
-trigram indexes of migration 0023.
+trigram indexes: the last error's on the jobs table (migrations 0023, 0027), the key's
+and the payload's on the jobs' search rows (migration 0028).
 
     python -m bench.search [--jobs 1000000] [--runs 15] [--runs-without 5]
 
 A database of the bench's own is migrated, the trigram indexes dropped, and N jobs made
-by one set-based `INSERT … SELECT generate_series`: 30 days of mostly finished jobs (about
-93 % succeeded, 3 % dead, 1 % cancelled, 1 % failed and due again), 2 % scheduled ahead
-and 200 in flight; payloads of 300–400 characters of JSON (a customer id among 50,000, an
-e-mail address, an order, items, a note), idempotency keys of three kinds (hex digests,
-`invoice-…`, `plan:…`), and one of six kinds of error on the jobs that failed an attempt.
+by one set-based `INSERT … SELECT generate_series` (its triggers write their search
+rows): 30 days of mostly finished jobs (about 93 % succeeded, 3 % dead, 1 % cancelled,
+1 % failed and due again), 2 % scheduled ahead and 200 in flight; payloads of 300–400
+characters of JSON (a customer id among 50,000, an e-mail address, an order, items, a
+note), idempotency keys of three kinds (hex digests, `invoice-…`, `plan:…`), and one of
+six kinds of error on the jobs that failed an attempt.
 Then each search is run through `job_page` (the dashboard's and the API's one selector,
 a first page of 50) `--runs-without` times, the indexes are built CONCURRENTLY as the
 migration builds them (timed) and the table analysed, and each search is run `--runs`
-times again. Printed per search: the page's rows, p50/p95 in ms, and the plan's reading of
-the jobs table for the jobs not in flight (EXPLAIN of the page's statement).
+times again. Printed per search: the page's rows, p50/p95 in ms, and the plans' reading of
+the search rows and of the jobs table for the jobs not in flight (EXPLAIN of the page's
+statements).
 """
 
 from __future__ import annotations
@@ -28,7 +31,20 @@ import time
 from bench.common import BenchDatabase, django_on, summary, table, write_json
 from bench.search.data import KEY, PAYLOAD
 
-MIGRATION = importlib.import_module("tasksapp.migrations.0023_job_text_search")
+ERRORS = importlib.import_module("tasksapp.migrations.0027_job_error_trgm_without_empty_errors")
+SEARCH_ROWS = importlib.import_module("tasksapp.migrations.0028_job_search_rows")
+# Each trigram index as its migration builds it: its table and definition.
+INDEXES = {
+    "job_error_trgm_idx": (
+        "tasksapp_job",
+        f"({ERRORS.COLUMN}) WHERE {ERRORS.NOT_IN_FLIGHT} AND last_error <> ''",
+    ),
+    **{
+        name: ("tasksapp_job_search", definition)
+        for name, definition in SEARCH_ROWS.NEW_INDEXES.items()
+    },
+}
+TABLES = ("tasksapp_job", "tasksapp_job_search")
 FILL = f"""
 INSERT INTO tasksapp_job (handler, payload, run_at, created_at, started_at, finished_at,
     state, attempts, max_attempts, retry_policy, delivery, idempotency_key, queue, priority,
@@ -108,16 +124,18 @@ def page_of(spec: dict):
     return page
 
 
-def statement_of(spec: dict) -> str:
-    """The page's statement that reads the jobs not in flight (its parameters inlined)."""
+def statements_of(spec: dict) -> list[str]:
+    """The page's statements (their parameters inlined) that read the search rows and the
+    jobs not in flight."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     with CaptureQueriesContext(connection) as queries:
         page_of(spec)
+    searched = [q["sql"] for q in queries if 'FROM "tasksapp_job_search"' in q["sql"]]
     statements = [q["sql"] for q in queries if 'FROM "tasksapp_job"' in q["sql"]]
     settled = [s for s in statements if "IN ('claimed', 'running')" not in s or "NOT (" in s]
-    return (settled or statements)[-1]
+    return searched[-1:] + (settled or statements)[-1:]
 
 
 def plan_reading(statement: str) -> str:
@@ -132,10 +150,11 @@ def plan_reading(statement: str) -> str:
 
 
 def _readings(node: dict) -> list[str]:
-    if node.get("Relation Name") == "tasksapp_job":
+    if node.get("Relation Name") in TABLES:
         if node["Node Type"] == "Bitmap Heap Scan":
-            return [f"Bitmap Heap Scan ({' | '.join(_indexes(node))})"]
-        return [f"{node['Node Type']} {node.get('Index Name', '')}".strip()]
+            return [f"{node['Relation Name']}: Bitmap Heap Scan ({' | '.join(_indexes(node))})"]
+        reading = f"{node['Node Type']} {node.get('Index Name', '')}".strip()
+        return [f"{node['Relation Name']}: {reading}"]
     return [reading for child in node.get("Plans", []) for reading in _readings(child)]
 
 
@@ -156,7 +175,7 @@ def measure(runs: int, jobs: int) -> dict[str, dict]:
         figures[name] = {
             "rows": len(page.jobs),
             "more": page.next_cursor is not None,
-            "plan": plan_reading(statement_of(spec)),
+            "plan": "; ".join(map(plan_reading, statements_of(spec))),
             **summary(times),
         }
         print(f"  {name}: p50 {figures[name]['p50']:.1f} ms", file=sys.stderr, flush=True)
@@ -164,34 +183,39 @@ def measure(runs: int, jobs: int) -> dict[str, dict]:
 
 
 def fill(conn, jobs: int) -> dict:
-    for name in MIGRATION.INDEXES:
+    for name in INDEXES:
         conn.execute(f"DROP INDEX IF EXISTS {name}")
     began = time.perf_counter()
     conn.execute(FILL, {"jobs": jobs})
     fill_s = time.perf_counter() - began
-    conn.execute("VACUUM ANALYZE tasksapp_job")
+    for name in TABLES:
+        conn.execute(f"VACUUM ANALYZE {name}")
     counts = dict(conn.execute("SELECT state, count(*) FROM tasksapp_job GROUP BY 1").fetchall())
     return {"fill_s": round(fill_s, 1), "states": counts, **sizes(conn)}
 
 
 def sizes(conn) -> dict:
-    heap, indexes = conn.execute(
-        "SELECT pg_table_size('tasksapp_job'), pg_indexes_size('tasksapp_job')"
+    heap, indexes, search, search_indexes = conn.execute(
+        "SELECT pg_table_size('tasksapp_job'), pg_indexes_size('tasksapp_job'),"
+        " pg_table_size('tasksapp_job_search'), pg_indexes_size('tasksapp_job_search')"
     ).fetchone()
-    return {"table_mib": round(heap / 2**20), "indexes_mib": round(indexes / 2**20)}
+    return {
+        "table_mib": round(heap / 2**20),
+        "indexes_mib": round(indexes / 2**20),
+        "search_rows_mib": round(search / 2**20),
+        "search_indexes_mib": round(search_indexes / 2**20),
+    }
 
 
 def build_indexes(conn) -> dict:
     built = {}
-    for name, column in MIGRATION.INDEXES.items():
+    for name, (on, definition) in INDEXES.items():
         began = time.perf_counter()
-        conn.execute(
-            f"CREATE INDEX CONCURRENTLY {name} ON tasksapp_job USING gin ({column}) "
-            f"{MIGRATION.NOT_IN_FLIGHT}"
-        )
+        conn.execute(f"CREATE INDEX CONCURRENTLY {name} ON {on} USING gin {definition}")
         size = conn.execute("SELECT pg_relation_size(%s)", [name]).fetchone()[0]
         built[name] = {"build_s": round(time.perf_counter() - began, 1), "mib": round(size / 2**20)}
-    conn.execute("ANALYZE tasksapp_job")
+    for name in TABLES:
+        conn.execute(f"ANALYZE {name}")
     return built
 
 

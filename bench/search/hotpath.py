@@ -2,15 +2,18 @@
 WAL bytes and time, by the kind of partial index.
 
     python -m bench.search.hotpath [--jobs 20000] [--batch 250]
-        [--variants none full not-in-flight not-in-flight-nor-scheduled
+        [--variants search-rows none full not-in-flight not-in-flight-nor-scheduled
                     not-in-flight-fastupdate-off]
 
 Each variant runs on a fresh database of a PostgreSQL server of the bench's own (no other
-session writes WAL there; `fsync=off`), migrated, with the three trigram indexes of
-migration 0023 replaced by the variant's: `none`; `full` (every job); `not-in-flight`
-(the migration's: claimed and running jobs left out); `not-in-flight-nor-scheduled`;
-`not-in-flight-fastupdate-off` (the migration's without GIN's pending list: every entry
-written into the index at once).
+session writes WAL there; `fsync=off`), migrated. `search-rows` is the schema as
+migrated (migration 0028: the key's and the payload's trigram indexes on search rows
+written once, at the insert; the last error's on the jobs table). Every other variant
+drops the search rows and their triggers and puts the key's and the payload's indexes
+back on the jobs table, as migration 0023 had them, with the variant's condition:
+`none`; `full` (every job); `not-in-flight` (0023's: claimed and running jobs left out);
+`not-in-flight-nor-scheduled`; `not-in-flight-fastupdate-off` (0023's without GIN's
+pending list: every entry written into the index at once).
 N jobs with payloads of 300-400 characters (bench/search/data.py) are inserted due now by
 one set-based statement, then claimed, started and succeeded by the engine's own
 statements (tasksapp.engine.store.postgres_sql: CLAIM_DUE, START_CLAIMED,
@@ -36,9 +39,11 @@ from bench.search.data import KEY, PAYLOAD
 from tests.processes.support import migrate
 
 MIGRATION = importlib.import_module("tasksapp.migrations.0023_job_text_search")
+SEARCH_ROWS = importlib.import_module("tasksapp.migrations.0028_job_search_rows")
 NOT_SCHEDULED = "WHERE NOT (state IN ('claimed', 'running', 'scheduled'))"
 # The variants: the indexes' storage parameters and condition (None: no index).
 WHERE = {
+    "search-rows": "as migrated",
     "none": None,
     "full": "",
     "not-in-flight": MIGRATION.NOT_IN_FLIGHT,
@@ -93,16 +98,23 @@ class Phase:
         }
 
 
+def on_the_jobs_table(conn: psycopg.Connection, where: str | None) -> None:
+    """The key's and the payload's trigram indexes back on the jobs table with the
+    condition `where` (None: none), without search rows."""
+    for trigger in SEARCH_ROWS.TRIGGER_NAMES:
+        conn.execute(f"DROP TRIGGER {trigger} ON tasksapp_job")
+    conn.execute("DROP TABLE tasksapp_job_search")
+    if where is not None:
+        for name, column in SEARCH_ROWS.OLD_INDEXES.items():
+            conn.execute(f"CREATE INDEX {name} ON tasksapp_job USING gin ({column}) {where}")
+
+
 def run_variant(url: str, variant: str, jobs: int, batch: int) -> dict:
     from tasksapp.engine.store import postgres_sql as sql
 
     with psycopg.connect(url, autocommit=True) as conn:
-        for name, column in MIGRATION.INDEXES.items():
-            conn.execute(f"DROP INDEX IF EXISTS {name}")
-            if WHERE[variant] is not None:
-                conn.execute(
-                    f"CREATE INDEX {name} ON tasksapp_job USING gin ({column}) {WHERE[variant]}"
-                )
+        if variant != "search-rows":
+            on_the_jobs_table(conn, WHERE[variant])
         phases = {}
         with Phase(conn, jobs) as phases["insert"]:
             conn.execute(INSERT, {"jobs": jobs})
@@ -125,7 +137,7 @@ def run_variant(url: str, variant: str, jobs: int, batch: int) -> dict:
         trigram = conn.execute(
             "SELECT coalesce(sum(pg_relation_size(c.oid)), 0) FROM pg_class c "
             "WHERE c.relname = ANY(%s)",
-            [list(MIGRATION.INDEXES)],
+            [list(MIGRATION.INDEXES) + list(SEARCH_ROWS.NEW_INDEXES)],
         ).fetchone()[0]
         return {
             "variant": variant,

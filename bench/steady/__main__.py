@@ -51,12 +51,14 @@ from pathlib import Path
 
 from bench.capacity.measure import StatementsPostgres
 from bench.common import table, write_json
-from bench.steady import report
+from bench.steady import report, wal
 from bench.steady.meter import Window, unnice
 from bench.steady.sides import SIDES, Side
 from tests.processes.support import PrivateRedis
 
 SETTLE_SECONDS = 3  # after the warm-up, before an idle window: the start-up's tail gone
+WAL_RELATIONS = 16  # the relations and kinds of record that wrote most, per run
+WAL_COLUMNS = ["relation", "record", "B/job", "of it full pages", "records/job"]
 STOP_SECONDS = 20  # what a run takes beyond its window: start, warm-up, stop, discard
 
 
@@ -158,6 +160,9 @@ def summarize(side, rate, delivery, jobs, at, end, window: Window, outcome: dict
         "cpu_s": {k: round(v, 3) for k, v in window.cpu.items()},
         "cpu_ms_per_job": report.cpu_ms_per_job(window.cpu, done),
         "wal_bytes_per_job": round(window.wal / done) if done else "",
+        "wal_by_relation": wal.by_relation(
+            window.conn, window.before.wal_lsn, window.after.wal_lsn, done
+        )[:WAL_RELATIONS],
         "backends": report.backend_rows(window.backends, done),
         "statements": report.statement_rows(window.statements, done),
     }
@@ -229,6 +234,8 @@ def print_results(runs: list[dict], idle: dict, load_before, load_after) -> None
         print(table(r["backends"], ["process", "last query", "CPU ms/job"]))
         print(f"\n{what}: top statements\n")
         print(table(r["statements"], list(r["statements"][0]) if r["statements"] else []))
+        print(f"\n{what}: WAL by relation\n")
+        print(table(r["wal_by_relation"], WAL_COLUMNS))
 
 
 if __name__ == "__main__":

@@ -134,9 +134,8 @@ class Window:
     def __exit__(self, *exc) -> None:
         after = self._cpu()
         self.cpu = {k: v - self.cpu_before.get(k, 0.0) for k, v in after.items()}
-        self.wal = measure.wal_bytes(
-            self.conn, self.before, measure.snapshot(self.conn, self.postmaster)
-        )
+        self.after = measure.snapshot(self.conn, self.postmaster)
+        self.wal = measure.wal_bytes(self.conn, self.before, self.after)
         backends = backend_cpu(self.conn, self.processes)
         self.backends = [
             (name, query, seconds - self.backends_before.get(pid, ("", "", 0.0))[2])

@@ -24,6 +24,7 @@ def retention_backlog(*, now: dt.datetime) -> int:
 # The tables that grow with the work, whose size the dashboard's system section shows.
 SIZED_TABLES = (
     "tasksapp_job",
+    "tasksapp_job_search",  # the jobs' search rows (PostgreSQL)
     "tasksapp_jobrollup",
     "tasksapp_sliceplan",
     "tasksapp_graphrun",

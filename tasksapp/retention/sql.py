@@ -145,7 +145,11 @@ WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p'
 ORDER BY pg_total_relation_size(c.oid) DESC
 """
 
-# The jobs table's valid B-tree indexes, each with its size, its entries (as the last
+# The tables whose B-tree indexes retention rebuilds: the jobs and their search rows
+# (migration 0028; the same ids, deleted together).
+REBUILT_TABLES = f"'{JOB_TABLE}'::regclass, to_regclass('tasksapp_job_search')"
+
+# The valid B-tree indexes of those tables, each with its size, its entries (as the last
 # VACUUM, ANALYZE or REINDEX counted them) and the average width of its columns (the
 # planner's statistics, INCLUDE columns too): what `index_bloat` needs. No statistics
 # yet: width NULL.
@@ -153,19 +157,19 @@ JOB_INDEXES = f"""
 SELECT c.relname, pg_relation_size(c.oid), c.reltuples,
        (SELECT sum(s.avg_width) FROM unnest(i.indkey::int2[]) AS k(attnum)
         JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-        JOIN pg_stats s ON s.schemaname = current_schema() AND s.tablename = '{JOB_TABLE}'
-                       AND s.attname = a.attname)
+        JOIN pg_stats s ON s.schemaname = current_schema()
+                       AND s.tablename = i.indrelid::regclass::text AND s.attname = a.attname)
 FROM pg_index i
 JOIN pg_class c ON c.oid = i.indexrelid
 JOIN pg_am am ON am.oid = c.relam AND am.amname = 'btree'
-WHERE i.indrelid = '{JOB_TABLE}'::regclass AND i.indisvalid
+WHERE i.indrelid IN ({REBUILT_TABLES}) AND i.indisvalid
 ORDER BY pg_relation_size(c.oid) DESC
 """
 
-# A REINDEX CONCURRENTLY of the jobs table running now (another retention run's).
+# A REINDEX CONCURRENTLY of those tables running now (another retention run's).
 REBUILDING = f"""
 SELECT EXISTS (SELECT 1 FROM pg_stat_progress_create_index
-               WHERE relid = '{JOB_TABLE}'::regclass)
+               WHERE relid IN ({REBUILT_TABLES}))
 """
 
 # What an interrupted REINDEX CONCURRENTLY leaves: the invalid new index (`_ccnew`) or
@@ -173,6 +177,6 @@ SELECT EXISTS (SELECT 1 FROM pg_stat_progress_create_index
 # tried again when the index is still bloated.
 FAILED_REBUILDS = f"""
 SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-WHERE i.indrelid = '{JOB_TABLE}'::regclass AND NOT i.indisvalid
+WHERE i.indrelid IN ({REBUILT_TABLES}) AND NOT i.indisvalid
   AND c.relname ~ '_cc(new|old)[0-9]*$'
 """

@@ -1,4 +1,13 @@
-from .jobs import DUE_STATES, FINAL_STATES, LEASED_STATES, NOT_LEASED, Delivery, Job, JobState
+from .jobs import (
+    DUE_STATES,
+    FINAL_STATES,
+    LEASED_STATES,
+    NOT_LEASED,
+    Delivery,
+    Job,
+    JobSearchText,
+    JobState,
+)
 from .processes import Dispatcher, DispatcherCounter, WorkerProcess
 from .routing import JobQueue, RoutingMode
 
@@ -12,6 +21,7 @@ __all__ = [
     "DispatcherCounter",
     "Job",
     "JobQueue",
+    "JobSearchText",
     "JobState",
     "RoutingMode",
     "WorkerProcess",

@@ -122,3 +122,21 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"Job {self.pk} {self.handler} ({self.state})"
+
+
+class JobSearchText(models.Model):
+    """A job's idempotency key and payload as text, for the job list's search: written
+    once, by triggers, when the job is inserted (neither changes after that), so that the
+    trigram indexes over them are not written again at every version of the job.
+    PostgreSQL's alone (migration 0028, decision 0024); SQLite searches the jobs table."""
+
+    job_id = models.BigIntegerField(primary_key=True)
+    idempotency_key = models.TextField()
+    payload = models.TextField()
+
+    class Meta:
+        managed = False  # the table, its indexes and its triggers are migration 0028's
+        db_table = "tasksapp_job_search"
+
+    def __str__(self) -> str:
+        return f"Search text of job {self.job_id}"

@@ -14,14 +14,17 @@ need `text_pattern_ops`), with `startswith` kept for exactness. Queue and priori
 no index of their own: they filter the rows the run-time order reads.
 
 Text is searched in the last error, the idempotency key and the payload (as JSON text),
-in any case, over all jobs: on PostgreSQL `ILIKE '%text%'`, which the trigram indexes of
-migration 0023 serve (`job_error_trgm_idx`, `job_key_trgm_idx`, `job_payload_trgm_idx`).
-They too leave out the jobs in flight, so the search reads those through job_lease_idx,
-as the list does. The planner chooses: a rare text is a union of the three indexes'
-matches, sorted; a common one reads the run-time order and stops at the page's end. A
-text without three letters or digits in a row has no trigram for an index to look up: it
-alone is searched in a bounded window, the SEARCH_WINDOW latest jobs matching the other
-filters before the cursor, and the page's next cursor continues below that window.
+in any case, over all jobs: on PostgreSQL `ILIKE '%text%'`, which trigram indexes serve:
+`job_error_trgm_idx` on the jobs table (the jobs in flight left out: those are read
+through job_lease_idx, as the list does), and for the key and the payload, which never
+change, `job_search_key_trgm_idx` and `job_search_payload_trgm_idx` on their search rows,
+written once when a job is inserted (migration 0028). A rare text is a list of the ids
+whose rows match, read by the primary key beside the error's index and sorted; a common
+one (more than SEARCH_IDS rows) reads the run-time order, looks up each job's row, and
+stops at the page's end. A text without three letters or digits in a row has no trigram
+for an index to look up: it alone is searched in a bounded window, the SEARCH_WINDOW
+latest jobs matching the other filters before the cursor, and the page's next cursor
+continues below that window.
 SQLite (the embedded mode) has no such index: a plain scan.
 """
 
@@ -34,12 +37,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import connections
 from django.db.models import (
     Case,
+    Exists,
     F,
     Func,
     IntegerField,
     JSONField,
+    OuterRef,
     Q,
     QuerySet,
     TextField,
@@ -51,7 +57,7 @@ from django.db.models.lookups import GreaterThan
 
 from tasksapp.engine.jsonvalues import safe_json
 from tasksapp.engine.lookups import TextContains
-from tasksapp.engine.models import LEASED_STATES, NOT_LEASED, Job, JobState
+from tasksapp.engine.models import LEASED_STATES, NOT_LEASED, Job, JobSearchText, JobState
 from tasksapp.graphs.selectors import GraphView, graph_run_get, graph_run_id_for_job
 from tasksapp.recurring.models import Member, RecurringTask, SlicePlan
 from tasksapp.recurring.services import job_key_prefix
@@ -66,6 +72,8 @@ LARGE_JSON = ("payload", "result", "errors", "history")
 # A text without a trigram (three letters or digits in a row) is searched in at most
 # this many jobs per page; any other text through the trigram indexes, over all jobs.
 SEARCH_WINDOW = 10_000
+# A text found in at most this many jobs' keys and payloads is looked up by their ids.
+SEARCH_IDS = 5_000
 TRIGRAM = re.compile(r"[^\W_]{3}")  # pg_trgm's words: letters and digits
 MAX_TEXT = 200
 MEMBER_PLANS = 400  # a member filter looks at this many of the latest slice plans
@@ -191,15 +199,31 @@ def text_indexed(text: str) -> bool:
     return TRIGRAM.search(text) is not None
 
 
-def _text_match(jobs: QuerySet[Job], text: str) -> QuerySet[Job]:
-    """Jobs with `text` in their last error, idempotency key or payload (as JSON text):
-    each an expression one of the trigram indexes of migration 0023 is built on."""
-    payload_text = Cast("payload", output_field=TextField())
-    return jobs.filter(
-        (~Q(last_error="") & TextContains(F("last_error"), text))  # the index's condition
-        | TextContains(F("idempotency_key"), text)
-        | TextContains(payload_text, text)
+def _text_match(jobs: QuerySet[Job], text: str, *, indexed: bool) -> QuerySet[Job]:
+    """Jobs with `text` in their last error, idempotency key or payload (as JSON text).
+    On PostgreSQL the key and the payload are searched in their search rows (migration
+    0028): a text with at most SEARCH_IDS matches there is a list of ids, which the
+    primary key serves beside the error's index; a commoner one is a lookup of each
+    job's row as the run-time order reads it, which ends at the page's end. A text
+    without a trigram is looked for in the rows of its window's jobs alone."""
+    error = ~Q(last_error="") & TextContains(F("last_error"), text)  # the index's condition
+    if connections[jobs.db].vendor != "postgresql":
+        payload_text = Cast("payload", output_field=TextField())
+        return jobs.filter(
+            error | TextContains(F("idempotency_key"), text) | TextContains(payload_text, text)
+        )
+    rows = JobSearchText.objects.using(jobs.db).filter(
+        TextContains(F("idempotency_key"), text)
+        | (~Q(payload="{}") & TextContains(F("payload"), text))  # the index's condition
     )
+    if not indexed:  # `jobs` is a window of at most SEARCH_WINDOW: its rows, by their ids
+        window = list(jobs.values_list("id", flat=True))  # a list: probed by primary key
+        ids = list(rows.filter(job_id__in=window).values_list("job_id", flat=True))
+        return jobs.filter(error | Q(id__in=ids))
+    ids = list(rows.values_list("job_id", flat=True)[: SEARCH_IDS + 1])
+    if len(ids) <= SEARCH_IDS:
+        return jobs.filter(error | Q(id__in=ids))
+    return jobs.filter(error | Exists(rows.filter(job_id=OuterRef("id"))))
 
 
 def _window_end(jobs: QuerySet[Job], *, by_state: bool) -> tuple[dt.datetime, int] | None:
@@ -250,12 +274,13 @@ def job_page(
     if filters.text:
         if len(filters.text) > MAX_TEXT:
             raise JobFilterError(ERR_TEXT)
-        if not text_indexed(filters.text):
+        indexed = text_indexed(filters.text)
+        if not indexed:
             window_end = _window_end(jobs, by_state=bool(filters.state))
         if window_end is not None:
             end_at, end_id = window_end
             jobs = jobs.filter(Q(run_at__gt=end_at) | Q(run_at=end_at, id__gte=end_id))
-        jobs = _text_match(jobs, filters.text)
+        jobs = _text_match(jobs, filters.text, indexed=indexed)
     if json_inline_chars is not None:
         jobs = _large_json_left_out(jobs, json_inline_chars)
     rows = _latest(jobs, limit + 1, by_state=bool(filters.state))

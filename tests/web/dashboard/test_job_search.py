@@ -170,34 +170,65 @@ def test_a_rare_handler_prefix_reads_the_handler_index(table):  # noqa: F811
     assert "job_handler_run_at_idx" in scans
 
 
-TRIGRAM_INDEXES = {"job_error_trgm_idx", "job_key_trgm_idx", "job_payload_trgm_idx"}
+SEARCH_INDEXES = {"job_search_key_trgm_idx", "job_search_payload_trgm_idx"}
 OTHER = "tests.handlers.other_"  # the handlers of most of the table's jobs
+TEXT_FILTERS = [
+    JobFilters(text="needle"),
+    JobFilters(text="needle", handler="tests.handlers.other"),
+    JobFilters(text="needle", state=JobState.SUCCEEDED),
+]
+TEXT_FILTER_IDS = ["text", "text and handler", "text and state"]
+
+
+def needles() -> tuple[Job, Job]:
+    """A finished job with the text in its error and one in flight with it in its payload."""
+    needle = JobFactory(state=JobState.SUCCEEDED, handler=f"{OTHER}x", last_error="a needle")
+    flying = JobFactory(state=JobState.RUNNING, handler=f"{OTHER}y", payload={"n": "needle"})
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE tasksapp_job_search")
+    return needle, flying
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's plans")
-@pytest.mark.parametrize(
-    "filters",
-    [
-        JobFilters(text="needle"),
-        JobFilters(text="needle", handler="tests.handlers.other"),
-        JobFilters(text="needle", state=JobState.SUCCEEDED),
-    ],
-    ids=["text", "text and handler", "text and state"],
-)
+@pytest.mark.parametrize("filters", TEXT_FILTERS, ids=TEXT_FILTER_IDS)
 def test_a_text_search_reads_the_trigram_indexes_and_the_lease_index(table, filters):  # noqa: F811
-    """On 20,000 jobs: the jobs not in flight through the three trigram indexes (their
-    condition implied by the query's), those in flight through the lease index; a state
-    filter reads the trigram indexes alone."""
-    needle = JobFactory(state=JobState.SUCCEEDED, handler=f"{OTHER}x", last_error="a needle")
-    flying = JobFactory(state=JobState.RUNNING, handler=f"{OTHER}y", payload={"n": "needle"})
+    """On 20,000 jobs: the matching search rows through their two trigram indexes; then
+    the jobs not in flight through the error's trigram index and the ids' primary key
+    (the index's condition implied by the query's), those in flight through the lease
+    index; a state filter reads the jobs' two indexes alone."""
+    needle, flying = needles()
+    with CaptureQueriesContext(connection) as queries:
+        page = job_page(filters=filters, limit=5)
+    wanted = [flying.id, needle.id] if filters.state is None else [needle.id]
+    assert [job.id for job in page.jobs] == wanted
+    searched = [q["sql"] for q in queries if 'FROM "tasksapp_job_search"' in q["sql"]]
+    assert [set(index_scans(statement)) for statement in searched] == [SEARCH_INDEXES]
+    statements = [q["sql"] for q in queries if f'FROM "{JOB_TABLE}"' in q["sql"]]
+    reads = [set(map(in_flight, index_scans(statement))) for statement in statements]
+    assert reads[0] == {"job_error_trgm_idx", "tasksapp_job_pkey"}
+    assert reads[1:] == ([] if filters.state else [{"of jobs in flight"}])
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's plans")
+@pytest.mark.parametrize("filters", TEXT_FILTERS, ids=TEXT_FILTER_IDS)
+def test_a_common_text_reads_the_run_time_order_and_each_jobs_search_row(
+    table,  # noqa: F811
+    filters,
+    monkeypatch,
+):
+    """A text in more search rows than SEARCH_IDS: no list of ids; the same page, read in
+    the run-time order, the search rows by an index (each job's by its primary key, or
+    the matching ones hashed once: the planner's choice)."""
+    monkeypatch.setattr(selector, "SEARCH_IDS", 0)
+    needle, flying = needles()
     with CaptureQueriesContext(connection) as queries:
         page = job_page(filters=filters, limit=5)
     wanted = [flying.id, needle.id] if filters.state is None else [needle.id]
     assert [job.id for job in page.jobs] == wanted
     statements = [q["sql"] for q in queries if f'FROM "{JOB_TABLE}"' in q["sql"]]
-    reads = [set(map(in_flight, index_scans(statement))) for statement in statements]
-    assert reads[0] == TRIGRAM_INDEXES
-    assert reads[1:] == ([] if filters.state else [{"of jobs in flight"}])
+    settled = set(index_scans(statements[0]))
+    assert settled & {"job_run_at_id_idx", "job_handler_run_at_idx", "job_state_run_at_idx"}
+    assert settled & (SEARCH_INDEXES | {"tasksapp_job_search_pkey"})
 
 
 # --- through the API and the dashboard -------------------------------------------------------
