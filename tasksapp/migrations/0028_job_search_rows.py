@@ -110,12 +110,18 @@ WHERE c.relname = ANY(%s) AND NOT i.indisvalid
 """
 
 
-def _drop_invalid(schema_editor, names) -> None:
-    """An index an interrupted CONCURRENTLY build left invalid is built again."""
+def _build(schema_editor, table: str, indexes: dict[str, str]) -> None:
+    """The GIN indexes {name: definition} on `table`, CONCURRENTLY; an index an
+    interrupted build left invalid is dropped and built again."""
     with schema_editor.connection.cursor() as cursor:
-        cursor.execute(INVALID, [list(names)])
-        for (name,) in cursor.fetchall():
-            schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+        cursor.execute(INVALID, [list(indexes)])
+        left_invalid = [name for (name,) in cursor.fetchall()]
+    for name in left_invalid:
+        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+    for name, definition in indexes.items():
+        schema_editor.execute(
+            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {table} USING gin {definition}"
+        )
 
 
 def move_to_search_rows(apps, schema_editor):
@@ -130,12 +136,7 @@ def move_to_search_rows(apps, schema_editor):
     for statement in TRIGGERS:
         execute(statement)
     execute(BACKFILL)
-    _drop_invalid(schema_editor, NEW_INDEXES)
-    for name, definition in NEW_INDEXES.items():
-        execute(
-            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} "
-            f"ON tasksapp_job_search USING gin {definition}"
-        )
+    _build(schema_editor, "tasksapp_job_search", NEW_INDEXES)
     for name in OLD_INDEXES:
         execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
 
@@ -144,12 +145,8 @@ def back_to_the_jobs_table(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
         return
     execute = schema_editor.execute
-    _drop_invalid(schema_editor, OLD_INDEXES)
-    for name, column in OLD_INDEXES.items():
-        execute(
-            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} "
-            f"ON tasksapp_job USING gin ({column}) {NOT_IN_FLIGHT}"
-        )
+    on_jobs = {name: f"({column}) {NOT_IN_FLIGHT}" for name, column in OLD_INDEXES.items()}
+    _build(schema_editor, "tasksapp_job", on_jobs)
     for trigger in TRIGGER_NAMES:
         execute(f"DROP TRIGGER IF EXISTS {trigger} ON tasksapp_job")
         execute(f"DROP FUNCTION IF EXISTS {trigger}()")
