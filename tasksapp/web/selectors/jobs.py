@@ -37,7 +37,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connections
 from django.db.models import (
     Case,
     Exists,
@@ -55,6 +54,7 @@ from django.db.models import (
 from django.db.models.functions import Cast, Length
 from django.db.models.lookups import GreaterThan
 
+from tasksapp.engine.db import on_postgres
 from tasksapp.engine.jsonvalues import safe_json
 from tasksapp.engine.lookups import TextContains
 from tasksapp.engine.models import LEASED_STATES, NOT_LEASED, Job, JobSearchText, JobState
@@ -207,7 +207,7 @@ def _text_match(jobs: QuerySet[Job], text: str, *, indexed: bool) -> QuerySet[Jo
     job's row as the run-time order reads it, which ends at the page's end. A text
     without a trigram is looked for in the rows of its window's jobs alone."""
     error = ~Q(last_error="") & TextContains(F("last_error"), text)  # the index's condition
-    if connections[jobs.db].vendor != "postgresql":
+    if not on_postgres(jobs.db):
         payload_text = Cast("payload", output_field=TextField())
         return jobs.filter(
             error | TextContains(F("idempotency_key"), text) | TextContains(payload_text, text)
