@@ -133,7 +133,30 @@ def test_a_handler_that_owns_its_transaction_commits_alone(effects):
     finally:
         registry.unregister("tests.handlers.recording.record_alone")
     assert {job.state for job in jobs} == {JobState.SUCCEEDED}
-    assert len(committed_by(jobs)) == 3  # the group ends before it, another begins after
+    first, alone, last = jobs
+    # Its own transaction: the group ends before it (or, with helper threads, another
+    # thread's group takes the jobs beside it), never one it shares.
+    assert committed_by([alone]).isdisjoint(committed_by([first, last]))
+
+
+def test_transactional_successes_leave_the_record_of_deferred_starts(effects):
+    """A transactional success takes its job out of the worker's record of the starts it
+    deferred in the statement that records it, in a group or committing alone, as an
+    at-least-once success does: the record does not grow until a beat prunes it."""
+    from tasksapp.engine.handlers import registry
+    from tasksapp.engine.models import WorkerProcess
+    from tasksapp.engine.worker.executor import lease_keeper
+    from tests.handlers.recording import record
+
+    registry.register(record, name="tests.handlers.recording.record_alone", own_transaction=True)
+    try:
+        jobs = batch("record", "record", "record_alone")
+    finally:
+        registry.unregister("tests.handlers.recording.record_alone")
+    assert {job.state for job in jobs} == {JobState.SUCCEEDED}
+    keeper = lease_keeper()
+    assert keeper.defers_starts()
+    assert not WorkerProcess.objects.get(name=keeper.name).held
 
 
 @pytest.mark.parametrize("first", ["record", "record_then_snooze", "record_then_fail"])
