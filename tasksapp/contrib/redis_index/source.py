@@ -12,9 +12,10 @@ database mode) is the only instance that writes its shard, so rebuilds never ove
   (jobs-table reads, counted as polls).
 - Take: members due by now + lead move to in-flight (one Lua script), with the routes
   the index keeps beside them (queue, priority), and are handed to the inner database
-  source's due jobs, then dropped from in-flight. From there they are claimed as in
-  database mode: highest priority first, paused queues held, limited queues claimed by
-  the limited claimer within their limits. Should the dispatcher die holding them, they
+  source (which holds those not yet within their own lead), then dropped from
+  in-flight. From there the dispatcher's claimer claims them as in database mode:
+  highest priority first, paused queues held, limited queues claimed by the limited
+  claimer within their limits. Should the dispatcher die holding them, they
   are still `scheduled` rows: the peer that takes the partition reads every scheduled job
   of the notify window into the index again (`_check_pending`).
 - Loss: a shard marker missing for the current generation (FLUSHALL, restart, failover)
@@ -26,16 +27,17 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections import Counter
 
 import redis
 
 from tasksapp.contrib.redis_index.index import MAX_TAKE, RedisIndex, Taken
 from tasksapp.engine.dispatcher.routing import Route, default_route
-from tasksapp.engine.dispatcher.sources.base import MODE_UNREACHABLE, DispatchContext
+from tasksapp.engine.dispatcher.sources.base import MODE_UNREACHABLE, DispatchClock
 from tasksapp.engine.dispatcher.sources.database import POLL_LIMIT, DatabaseSource
 from tasksapp.engine.models import Dispatcher
 from tasksapp.engine.options import MAX_PRIORITY
-from tasksapp.engine.settings import NOTIFY_WINDOW_SECONDS
+from tasksapp.engine.settings import NOTIFY_WINDOW_SECONDS, TempoSettings
 from tasksapp.engine.transitions import DueJob, job_poll_due
 
 log = logging.getLogger(__name__)
@@ -55,12 +57,15 @@ class RedisIndexSource:
     # Starts on polling while it checks (or builds) the index.
     initial_mode = MODE_FALLBACK
 
-    def __init__(self, context: DispatchContext) -> None:
-        self.context = context
-        self.settings = context.settings
-        self.partitions = context.settings.partitions
+    def __init__(self, *, name: str, settings: TempoSettings, clock: DispatchClock) -> None:
+        self.name = name  # the dispatcher's: owner of its takes, in its log lines
+        self.settings = settings
+        self.clock = clock
+        self.partitions = settings.partitions
+        self.counters: Counter[str] = Counter()
+        self.owned: list[int] = []  # the partitions served, as of the last turn
         self.database = DatabaseSource(
-            context, poll_seconds=context.settings.poll_interval_seconds, polled=self._unindexed
+            settings=settings, clock=clock, poll_seconds=settings.poll_interval_seconds
         )
         self.index = RedisIndex(url=self.settings.index_redis_url, prefix=self._prefix())
         self.lease_ms = int(self.settings.index_lease_seconds * 1000)
@@ -109,15 +114,19 @@ class RedisIndexSource:
 
     def _unindexed(self) -> list[int]:
         """The owned partitions the database source serves: all but the indexed ones."""
-        return [p for p in self.context.owned() if p not in self.indexed]
+        return [p for p in self.owned if p not in self.indexed]
 
     # -- one turn -----------------------------------------------------------------------
-    def step(self) -> None:
+    def due(self, owned: list[int]) -> list[tuple[int, Route]]:
+        self.owned = owned
         self._serve_index()
-        self.database.step()
+        due = self.database.due(self._unindexed())
+        self.counters.update(self.database.counters)
+        self.database.counters.clear()
+        return due
 
     def _serve_index(self) -> None:
-        now = self.context.now_ms()
+        now = self.clock.now_ms()
         try:
             if not self.reachable and now < self.next_try:
                 return
@@ -127,17 +136,14 @@ class RedisIndexSource:
                 self._rebuild_page()
             if self.indexed and now >= self.next_sync:
                 self._sync()
-            if self.indexed and self.context.now_ms() >= self.next_take:
+            if self.indexed and self.clock.now_ms() >= self.next_take:
                 self._take()
-            if self.context.now_ms() >= self.next_return:
+            if self.clock.now_ms() >= self.next_return:
                 self._return_expired()
             self.reachable, self.failures = True, 0
         except redis.RedisError as exc:
             self._lost_redis(exc)
         self._record_mode()
-
-    def waiting(self) -> int:
-        return self.database.waiting()  # the index's due members are claimed as taken
 
     def next_deadline(self) -> float:
         return min(self._index_deadline(), self.database.next_deadline())
@@ -146,13 +152,13 @@ class RedisIndexSource:
         if not self.reachable or self.pending:
             return self.next_try
         if self.rebuilding:
-            return self.context.now_ms()
+            return self.clock.now_ms()
         return min(self.next_take, self.next_sync, self.next_return)
 
     def _lost_redis(self, exc: Exception) -> None:
         if self.reachable:
-            log.warning("dispatcher %s: redis unreachable, polling: %s", self.context.name, exc)
-        owned = set(self.context.owned())
+            log.warning("dispatcher %s: redis unreachable, polling: %s", self.name, exc)
+        owned = set(self.owned)
         self._to_database(owned)
         self.reachable = False
         self.pending = owned  # whatever was announced meanwhile is only in the database
@@ -160,11 +166,11 @@ class RedisIndexSource:
         self.failures += 1
         backoff = CHECK_SECONDS * 2 ** (self.failures - 1)
         backoff = min(MAX_BACKOFF_SECONDS, backoff)
-        self.next_try = self.context.now_ms() + backoff * 1000
+        self.next_try = self.clock.now_ms() + backoff * 1000
 
     def _lost_shards(self, shards: set[int]) -> None:
         """The index no longer holds these shards (emptied Redis): poll, then rebuild."""
-        log.warning("dispatcher %s: index lost for shards %s", self.context.name, sorted(shards))
+        log.warning("dispatcher %s: index lost for shards %s", self.name, sorted(shards))
         self._to_database(shards)
         self.pending |= shards
 
@@ -190,12 +196,10 @@ class RedisIndexSource:
             self._read_into_index(sorted(built), after=None)
             self._switch_to_index(built)
         if self.rebuilding:
-            log.info(
-                "dispatcher %s: rebuilding shards %s", self.context.name, sorted(self.rebuilding)
-            )
+            log.info("dispatcher %s: rebuilding shards %s", self.name, sorted(self.rebuilding))
             self.rebuild_generation = self.index.generation()
             self.rebuild_cursor = None
-            self.rebuild_horizon_ms = int(self.context.now_ms()) + WINDOW_MS - HORIZON_MARGIN_MS
+            self.rebuild_horizon_ms = int(self.clock.now_ms()) + WINDOW_MS - HORIZON_MARGIN_MS
 
     def _rebuild_page(self) -> None:
         """One page of the rebuild; the last one marks the shards built and switches
@@ -218,24 +222,24 @@ class RedisIndexSource:
         self.pending |= set(shards) - done  # the generation changed meanwhile: again
         self._switch_to_index(done)
         if done:
-            log.info("dispatcher %s: shards %s indexed again", self.context.name, sorted(done))
+            log.info("dispatcher %s: shards %s indexed again", self.name, sorted(done))
 
     def _switch_to_index(self, shards: set[int]) -> None:
         self.indexed |= shards
         self.database.drop_held(shards)  # they are in the index now
         self.next_take = 0.0
         if not self.next_sync:  # just read up to the window's end
-            self.next_sync = self.context.now_ms() + SYNC_SECONDS * 1000
+            self.next_sync = self.clock.now_ms() + SYNC_SECONDS * 1000
 
     def _sync(self) -> None:
         """Read jobs due between the shards' horizon and the notify window's end."""
         shards = sorted(self.indexed)
         horizons = [h for h in self.index.horizons(shards).values() if h is not None]
         floor = min(horizons) if horizons else None
-        new_horizon = int(self.context.now_ms()) + WINDOW_MS - HORIZON_MARGIN_MS
+        new_horizon = int(self.clock.now_ms()) + WINDOW_MS - HORIZON_MARGIN_MS
         self._read_into_index(shards, after=floor)
         self.index.set_horizon(shards, new_horizon)
-        self.next_sync = self.context.now_ms() + SYNC_SECONDS * 1000
+        self.next_sync = self.clock.now_ms() + SYNC_SECONDS * 1000
 
     def _read_into_index(self, shards: list[int], *, after: int | None) -> None:
         cursor = None
@@ -255,8 +259,7 @@ class RedisIndexSource:
             limit=POLL_LIMIT,
             after=after,
         )
-        self.context.counters.update(polls=1, statements=1, rows_fetched=len(rows))
-        self.context.flush_counters()
+        self.counters.update(polls=1, statements=1, rows_fetched=len(rows))
         parts = self.partitions
         self.index.add_many(
             [(r.id % parts, r.id, r.run_at_ms) for r in rows],
@@ -266,9 +269,10 @@ class RedisIndexSource:
 
     # -- take, claim, return ------------------------------------------------------------
     def _take(self) -> None:
-        """Everything due, with its route, to the database source's due jobs: it claims
-        them per queue and priority, within pauses, limits and backpressure (this turn)."""
-        now = self.context.now_ms()
+        """Everything due, with its route, to the inner database source: this turn's
+        `due()` hands it to the claimer, which claims it per queue and priority, within
+        pauses, limits and backpressure."""
+        now = self.clock.now_ms()
         taken = self.index.take(
             shards=sorted(self.indexed),
             until_ms=int(now + self._take_lead_ms()),
@@ -286,7 +290,7 @@ class RedisIndexSource:
     def _take_lead_ms(self) -> int:
         """Take jobs as far ahead as the longest lead (a critical job's): the database
         source holds the others in its wheel until their own lead."""
-        return self.context.lead_ms(MAX_PRIORITY)
+        return self.clock.lead_ms(MAX_PRIORITY)
 
     def _plan_next_take(self, taken: Taken, now: float, *, full: bool) -> None:
         check = now + CHECK_SECONDS * 1000
@@ -301,19 +305,20 @@ class RedisIndexSource:
         interval_ms = int(RETURN_SECONDS * 1000)
         returned = self.index.return_expired(
             partitions=self.partitions,
-            owner=self.context.name,
-            now_ms=int(self.context.now_ms()),
+            owner=self.name,
+            now_ms=int(self.clock.now_ms()),
             lock_ms=interval_ms,
         )
         if returned > 0:
-            log.info("dispatcher %s: returned %s expired takes", self.context.name, returned)
+            log.info("dispatcher %s: returned %s expired takes", self.name, returned)
             self.next_take = 0.0
-        self.next_return = self.context.now_ms() + interval_ms
+        self.next_return = self.clock.now_ms() + interval_ms
 
     # -- notifications ------------------------------------------------------------------
-    def announced(self, job_id: int, run_at_ms: int | None, route: Route | None = None) -> None:
-        if not self._index_announced(job_id, run_at_ms, route):
-            self.database.announced(job_id, run_at_ms, route)
+    def announced(self, job_id: int, run_at_ms: int | None, route: Route | None = None) -> bool:
+        if self._index_announced(job_id, run_at_ms, route):
+            return True  # the index has its new due time (or none): an old one stands no more
+        return self.database.announced(job_id, run_at_ms, route)
 
     def _index_announced(self, job_id: int, run_at_ms: int | None, route: Route | None) -> bool:
         """Index an announced job; False if the database source must handle it."""
@@ -347,7 +352,7 @@ class RedisIndexSource:
             mode = MODE_REDIS
         if mode != self.mode:
             self.mode = mode
-            Dispatcher.objects.filter(name=self.context.name).update(dispatch_mode=mode)
+            Dispatcher.objects.filter(name=self.name).update(dispatch_mode=mode)
 
 
 def _index_route(route: Route | None) -> tuple[int, str] | None:

@@ -60,6 +60,7 @@ class LimitedClaimer:
         self.retry_at: float | None = None  # when jobs held back are looked at again
         self._nudged = False
         self.counters: Counter[str] = Counter()
+        self._claimed = 0  # claims made since the loop last asked (take_claimed)
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -101,6 +102,19 @@ class LimitedClaimer:
     def holds(self, job_id: int) -> bool:
         with self.lock:
             return job_id in self.ready
+
+    def count_claims(self, *, claims: int, lost: int) -> None:
+        """A claim of this thread: its statement, the claims won and those lost."""
+        with self.lock:
+            self.counters.update(statements=1, claims=claims, claims_lost=lost)
+            self._claimed += claims
+
+    def take_claimed(self) -> int:
+        """How many claims were made since the last call (the reaper looks when their
+        leases end)."""
+        with self.lock:
+            claimed, self._claimed = self._claimed, 0
+        return claimed
 
     def take_counters(self) -> Counter[str]:
         with self.lock:

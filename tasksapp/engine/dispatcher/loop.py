@@ -26,18 +26,12 @@ from tasksapp.engine.cluster.base import Coordinator
 from tasksapp.engine.cluster.partitions import PEER_GONE, REBALANCE
 from tasksapp.engine.db import tempo_connection
 from tasksapp.engine.dispatcher.broker import BROKER_RETRY_SECONDS, BrokerGate, CeleryPublisher
+from tasksapp.engine.dispatcher.claimer import Claimer
+from tasksapp.engine.dispatcher.clock import LoopClock
 from tasksapp.engine.dispatcher.degraded import DegradedMode
-from tasksapp.engine.dispatcher.limited import LimitedClaimer
 from tasksapp.engine.dispatcher.messages import slowest_handlers_read
 from tasksapp.engine.dispatcher.routing import Route, RoutingRules, routing_rules_read
-from tasksapp.engine.dispatcher.sources.base import (
-    BACKPRESSURE_RETRY_MS,
-    MODE_UNREACHABLE,
-    ClaimOutcome,
-    DispatchContext,
-    DueSource,
-    due_source_factory,
-)
+from tasksapp.engine.dispatcher.sources.base import MODE_UNREACHABLE, DueSource, due_source_factory
 from tasksapp.engine.dispatcher.sources.database import DatabaseSource
 from tasksapp.engine.dispatcher.upkeep import Upkeep
 from tasksapp.engine.models import Dispatcher, DispatcherCounter
@@ -45,19 +39,12 @@ from tasksapp.engine.options import MIN_PRIORITY
 from tasksapp.engine.runtime import freeze_startup_heap
 from tasksapp.engine.sessions import use_engine_sessions
 from tasksapp.engine.settings import TempoSettings
-from tasksapp.engine.transitions import (
-    Claim,
-    job_claim_due,
-    job_claim_limited,
-)
+from tasksapp.engine.transitions import job_claim_due
 
 log = logging.getLogger(__name__)
 
 # Without notifications on SQLite (one instance) new work is found by this short poll.
 LOCAL_POLL_SECONDS = 0.5
-# The claim lead covers this many measured round trips to the database besides
-# TEMPO_DISPATCH_LEAD_MS: a claim, its message and the start take several.
-LEAD_ROUND_TRIPS = 12.0
 
 COUNTER_FIELDS = (
     "polls",
@@ -84,9 +71,10 @@ class DispatcherLoop:
         self.settings = settings or TempoSettings.load()
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.partitions = self.settings.partitions
+        self.clock = LoopClock(self.settings)
         self.publisher = publisher or CeleryPublisher(queue=self.settings.queue)
         self.broker = BrokerGate(
-            publisher=self.publisher, settings=self.settings, now_ms=self.now_ms
+            publisher=self.publisher, settings=self.settings, now_ms=self.clock.now_ms
         )
         # On PostgreSQL partitions are shared through advisory locks; work and peers are
         # announced by NOTIFY unless the dispatchers poll only (TEMPO_DISPATCH_NOTIFY).
@@ -104,21 +92,16 @@ class DispatcherLoop:
             threshold=self.settings.degraded_backlog,
             after_seconds=self.settings.degraded_after_seconds,
         )
-        self.claim_floor = MIN_PRIORITY  # the lowest priority claimed now (min_priority)
-        self.limited = LimitedClaimer(
-            claim=self._claim_limited,
-            rules=lambda: self.rules,
-            min_priority=lambda: self.claim_floor,
-            now_ms=self.now_ms,
-            aging_ms=self.settings.priority_aging_seconds * 1000,
-            name=f"{self.name} limited claimer",
+        self.claim_floor = MIN_PRIORITY  # the lowest priority claimed now
+        self.claimer = Claimer(
+            name=self.name, settings=self.settings, broker=self.broker, clock=self.clock
         )
         self.source = self._due_source()
         self.upkeep = Upkeep(
             name=self.name,
             settings=self.settings,
             counters=self.counters,
-            now_ms=self.now_ms,
+            now_ms=self.clock.now_ms,
             partitions=lambda: self.partitions,
             served=self._served,
             claims_waiting=self.broker.claims_waiting,
@@ -131,23 +114,12 @@ class DispatcherLoop:
         self._reset_schedule()
 
     def _due_source(self) -> DueSource:
-        context = DispatchContext(
-            name=self.name,
-            settings=self.settings,
-            counters=self.counters,
-            flush_counters=self._flush_counters,
-            now_ms=self.now_ms,
-            lead_ms=self.lead_ms,
-            owned=self._served,
-            room_for=self.broker.room_for,
-            claim_and_publish=self.claim_and_publish,
-            rules=lambda: self.rules,
-            min_priority=self.min_priority,
-            limited=self.limited,
-        )
         if self.settings.dispatch_mode == "database":
-            return DatabaseSource(context, poll_seconds=self._poll_seconds())
-        return due_source_factory(self.settings.dispatch_mode)(context)
+            return DatabaseSource(
+                settings=self.settings, clock=self.clock, poll_seconds=self._poll_seconds()
+            )
+        factory = due_source_factory(self.settings.dispatch_mode)
+        return factory(name=self.name, settings=self.settings, clock=self.clock)
 
     def _poll_seconds(self) -> float:
         """How often the database source polls: rarely with notifications, else often
@@ -185,6 +157,7 @@ class DispatcherLoop:
             coordination_seconds=self.settings.coordination_seconds,
             listen=self.uses_notify,
         )
+        self.clock.coordinator = self.coordinator
         self.coordinator.connect()
         self._load_rules()
         self._warm_up()
@@ -214,8 +187,8 @@ class DispatcherLoop:
     def stop(self) -> None:
         """Hand back everything held: unclaimed timers are dropped (they stay `scheduled`
         in the database), partition locks are released with the session."""
-        self.limited.stop()
-        self.source.forget()
+        self.claimer.stop()
+        self._forget()
         if self.coordinator is not None:
             self.coordinator.close()
         try:
@@ -227,21 +200,10 @@ class DispatcherLoop:
 
     # -- one turn ---------------------------------------------------------------------
     def now_ms(self) -> float:
-        return self.coordinator.clock.now_ms() if self.coordinator else time.time() * 1000
+        return self.clock.now_ms()
 
     def lead_ms(self, priority: int | None = None) -> int:
-        """Claim this much before run_at, so the message is at a worker and the job started
-        when the time comes (the handler waits for run_at; the start is guarded by the
-        database clock): the configured lead, plus the round trips a claim, its message
-        and the start take, counted from the measured round trip to the database. On a
-        local network that adds a millisecond or two; 25 ms away, some 300 ms. A job of
-        `priority` at or above the critical one: TEMPO_CRITICAL_LEAD_MS, if longer."""
-        round_trip = self.coordinator.clock.round_trip_ms if self.coordinator else 0.0
-        extra = LEAD_ROUND_TRIPS * round_trip
-        lead = self.settings.dispatch_lead_ms
-        if priority is not None and priority >= self.rules.critical_priority:
-            lead = max(lead, self.settings.critical_lead_ms)  # critical: ready well ahead
-        return lead + round(extra)  # the wheel counts whole ms
+        return self.clock.lead_ms(priority)
 
     def step(self, *, wait: bool = True) -> None:
         try:
@@ -257,7 +219,7 @@ class DispatcherLoop:
             if self.rules_stale:
                 self._load_rules()
             self._record_degraded()  # also while only the limited claimer holds jobs
-            self.source.step()
+            self._dispatch()
             self._hear_broker()
             if self.stepped_out:  # the broker failed during this step
                 return
@@ -286,7 +248,7 @@ class DispatcherLoop:
             except Exception:
                 log.debug("closing the coordination session failed", exc_info=True)
         tempo_connection().close()
-        self.source.forget()
+        self._forget()
         time.sleep(1.0)
 
     def _coordinate(self) -> None:
@@ -297,7 +259,9 @@ class DispatcherLoop:
             self._repartition(change.repartitioned)
             return
         if change.released:
+            released = set(change.released)
             self.source.released(change.released)
+            self.claimer.drop_where(lambda key: key % self.partitions in released)
         if change.gained:
             log.info("dispatcher %s: took partitions %s", self.name, change.gained)
             self.upkeep.partitions_gained()
@@ -312,63 +276,33 @@ class DispatcherLoop:
         start over (jobs held are still `scheduled` in the database; a claim already
         sent stays fenced by its token). Take the new partitions at once."""
         log.info("dispatcher %s: %s partitions now (was %s)", self.name, count, self.partitions)
-        self.source.forget()
+        self._forget()
         self.partitions = count
         self.settings = dataclasses.replace(self.settings, partitions=count)
         self.source = self._due_source()
         self.next_coordination = 0.0
         self.upkeep.partitions_gained()
 
-    def claim_and_publish(self, due: list[int], limited_queue: str | None = None) -> ClaimOutcome:
-        """Claim these ids (fenced: only rows still due are won) and publish the claims,
-        each to its queue. Ids of a limited queue are claimed within its limits, counted
-        in the database; those held back by them are returned."""
-        claims, outcome = self._claim(due, limited_queue)
-        lost = len(due) - len(claims) - len(outcome.held)
-        self.counters.update(statements=1, claims=len(claims), claims_lost=lost)
-        if lost:
-            self._flush_counters()
-        if claims:
+    def _dispatch(self) -> None:
+        """Hand the jobs due now to the claimer, which claims and publishes them."""
+        self.claimer.add(self.source.due(self._served()))
+        self._record_degraded()  # the source may have lost its index this turn
+        made = self.claimer.claim_due() + self.claimer.limited.take_claimed()
+        if made:
             self.upkeep.claims_made()
-        self._publish_claims(claims)
-        reads_here = limited_queue is None  # the loop's thread, not the limited claimer's
-        if claims and reads_here and self.now_ms() >= self.next_slowest_read:
-            self._read_slowest_handlers()  # after the publish: off this claim's path
-        return outcome
+            if self.now_ms() >= self.next_slowest_read:
+                self._read_slowest_handlers()  # after the publish: off this claim's path
+        if self.source.counters["polls"] or self.claimer.counters["claims_lost"]:
+            self._flush_counters()  # scored events are written at once: a SIGKILL loses none
 
-    def _claim(self, due: list[int], limited_queue: str | None) -> tuple[list[Claim], ClaimOutcome]:
-        ttl = self.settings.claim_ttl_seconds
-        if limited_queue is None:
-            return job_claim_due(ids=due, owner=self.name, ttl=ttl), ClaimOutcome()
-        limited = job_claim_limited(
-            queue=limited_queue, ids=due, owner=self.name, ttl=ttl, room=len(due)
-        )
-        return limited.claims, ClaimOutcome(limited.held, limited.next_start_ms)
+    def _announce(self, job_id: int, run_at_ms: int | None, route: Route | None = None) -> None:
+        if self.source.announced(job_id, run_at_ms, route):
+            self.claimer.withdraw(job_id)
 
-    def _publish_claims(self, claims: list[Claim]) -> None:
-        for queue, queue_claims in _by_queue(claims).items():
-            if not self.broker.publish(queue, queue_claims):
-                break
-
-    def _claim_limited(self, due: list[int], queue: str) -> ClaimOutcome:
-        """The limited claimer's claim, on its thread and connection: as many as the
-        queue's Celery queue has room for (unless a concurrency limit bounds it), within
-        the queue's limits, published. What the loop must know (its counters, the
-        reaper's next look, a broker error) is handed over, not written here."""
-        rest: list[int] = []
-        if not self.rules.bounded(queue):
-            room = self.broker.room_for(len(due), queue)
-            if room <= 0:
-                return ClaimOutcome(due, self.now_ms() + BACKPRESSURE_RETRY_MS)
-            due, rest = due[:room], due[room:]
-        claims, outcome = self._claim(due, queue)
-        lost = len(due) - len(claims) - len(outcome.held)
-        with self.limited.lock:
-            self.limited.counters.update(statements=1, claims=len(claims), claims_lost=lost)
-        if claims:
-            self.upkeep.claims_made()
-        self._publish_claims(claims)
-        return ClaimOutcome(outcome.held + rest, outcome.retry_at_ms)
+    def _forget(self) -> None:
+        """Drop every job held: they are all still `scheduled` in the database."""
+        self.source.forget()
+        self.claimer.forget()
 
     def _hear_broker(self) -> None:
         """A send or a look at the broker failed (on either thread): step out."""
@@ -389,7 +323,7 @@ class DispatcherLoop:
         log.warning("dispatcher %s: handing its partitions to peers", self.name)
         assert self.coordinator is not None
         self.coordinator.close()
-        self.source.forget()
+        self._forget()
         self.stepped_out = True
         self._heartbeat()
 
@@ -413,7 +347,7 @@ class DispatcherLoop:
         if self.uses_notify or not isinstance(self.source, DatabaseSource):
             return
         for job_id, run_at_ms, priority, queue in due:
-            self.source.announced(job_id, run_at_ms, Route(queue, priority, run_at_ms))
+            self._announce(job_id, run_at_ms, Route(queue, priority, run_at_ms))
 
     def _heartbeat(self) -> None:
         offset = self.coordinator.clock.offset_ms if self.coordinator else 0.0
@@ -438,13 +372,9 @@ class DispatcherLoop:
     def _load_rules(self) -> None:
         self.rules = routing_rules_read()
         self.rules_stale = False
+        self.clock.critical_priority = self.rules.critical_priority
         self._record_degraded()
-        self.limited.nudge()  # a queue resumed, a limit raised: look at once
-
-    def min_priority(self) -> int:
-        """The lowest priority claimed now: the critical one while degraded."""
-        self._record_degraded()
-        return self.claim_floor
+        self.claimer.route_by(self.rules, self.claim_floor)  # a queue resumed: look at once
 
     def _record_degraded(self) -> None:
         reason = self._degraded_now()
@@ -453,9 +383,9 @@ class DispatcherLoop:
             self.degraded_reason = reason
             Dispatcher.objects.filter(name=self.name).update(degraded_reason=reason)
         floor = self.rules.critical_priority if reason else MIN_PRIORITY
-        if floor != self.claim_floor:  # the limited claimer reads it: tell it at once
+        if floor != self.claim_floor:  # the claimers: at once
             self.claim_floor = floor
-            self.limited.nudge()
+            self.claimer.route_by(self.rules, floor)
 
     def _degraded_now(self) -> str:
         """Why only critical jobs may be claimed now, or "" (docs/ROUTING.md)."""
@@ -463,11 +393,14 @@ class DispatcherLoop:
             now_ms=self.now_ms(),
             operator=self.rules.degraded,
             index_unreachable=getattr(self.source, "mode", None) == MODE_UNREACHABLE,
-            waiting=self.source.waiting,
+            waiting=self.claimer.waiting,
         )
 
     def _flush_counters(self) -> None:
-        self.counters.update(self.limited.take_counters())
+        for part in (self.source, self.claimer):
+            self.counters.update(part.counters)
+            part.counters.clear()
+        self.counters.update(self.claimer.limited.take_counters())
         self.counters.update(self.broker.take_counters())
         counts = {k: v for k, v in self.counters.items() if v}
         if not counts:
@@ -486,6 +419,9 @@ class DispatcherLoop:
             self.source.next_deadline(),
             self.upkeep.deadline(),
         ]
+        held_back = self.claimer.next_deadline()
+        if held_back is not None:  # jobs held back: look at them again then
+            deadlines.append(held_back)
         timeout = min(MAX_WAIT_SECONDS, (min(deadlines) - self.now_ms()) / 1000)
         if timeout <= 0:
             return
@@ -515,11 +451,11 @@ class DispatcherLoop:
         if job_id % self.partitions not in self._served_set():
             return
         if tail == "x":
-            self.source.announced(job_id, None)
+            self._announce(job_id, None)
             return
         run_at, priority, queue = (tail.split(":", 2) + ["", ""])[:3]
         route = Route(queue, int(priority), int(run_at)) if queue else None
-        self.source.announced(job_id, int(run_at), route)
+        self._announce(job_id, int(run_at), route)
 
     def _served_set(self) -> set[int]:
         """The partitions served: owned, and those being handed to a peer."""
@@ -527,13 +463,6 @@ class DispatcherLoop:
 
     def _served(self) -> list[int]:
         return sorted(self._served_set())
-
-
-def _by_queue(claims: list[Claim]) -> dict[str, list[Claim]]:
-    grouped: dict[str, list[Claim]] = {}
-    for claim in claims:
-        grouped.setdefault(claim.queue, []).append(claim)
-    return grouped
 
 
 def _psycopg_error() -> type[Exception]:

@@ -16,7 +16,8 @@ from tasksapp.engine.clock import ClockOffset
 from tasksapp.engine.cluster import sql
 from tasksapp.engine.cluster.partitions import PostgresCoordinator
 from tasksapp.engine.dispatcher import loop as loop_module
-from tasksapp.engine.dispatcher.loop import LEAD_ROUND_TRIPS, DispatcherLoop
+from tasksapp.engine.dispatcher.clock import LEAD_ROUND_TRIPS
+from tasksapp.engine.dispatcher.loop import DispatcherLoop
 from tasksapp.engine.dispatcher.messages import split_batches
 from tasksapp.engine.dispatcher.sources import database as database_source
 from tasksapp.engine.dispatcher.sources.database import CLAIM_ROUND_MS
@@ -228,7 +229,7 @@ def test_backpressure_holds_due_jobs_until_the_queue_drains(loops, fast):
     loop = loops("d1", broker)
     for _ in range(5):
         loop.step(wait=True)
-    assert broker.claims == [] and job.id in loop.source.ready
+    assert broker.claims == [] and job.id in loop.claimer.ready
     assert Job.objects.get(id=job.id).state == JobState.SCHEDULED  # not claimed meanwhile
     broker.waiting = 0
     run_until(lambda: broker.claims, loop)

@@ -170,7 +170,7 @@ def test_a_rate_limit_holds_jobs_back_as_due_not_failed(loop):
     planned = None  # (None for a moment after a nudge: the rules read again)
     deadline = time.monotonic() + 5
     while planned is None and time.monotonic() < deadline:
-        planned = dispatcher.limited.retry_at
+        planned = dispatcher.claimer.limited.retry_at
     assert planned is not None
     assert planned >= dispatcher.now_ms() + 25_000  # the next start's time
 
