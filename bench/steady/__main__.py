@@ -23,16 +23,18 @@ Per side, rate (and delivery): fresh processes run a warm-up, then `rate` jobs a
 are due for `--seconds` from an instant; the window measured runs from the first due
 until every job started or `--grace` seconds after the last was due (a rate the side
 cannot keep up with ends with jobs left, discarded, and the side runs no higher rate:
-the curve goes as far as each side goes). For the window: CPU ms a job by
-process kind (PostgreSQL's whole tree and each backend, Redis, the dispatcher or timer,
-the workers' main and pool processes), WAL bytes a job, the top statements with calls a
-job, start lag p50/p99 (started − due: the jobs table for Tempo and django-tasks-db, a
-file the peers' tasks append to for Celery and procrastinate), jobs run twice (Tempo:
-attempts > 1; the file peers: a key started twice) and started early. Before the rates,
-per side, the idle cost: CPU ms a second with nothing due for `--idle-seconds`.
-What happens before the first due is outside every window: Tempo's and django-tasks-db's
-inserts, procrastinate's defers, the ETA sends and the Celery workers' receipt of them;
-the timer's sends are inside. Lags are those of the jobs that started.
+the curve goes as far as each side goes). For the window: CPU ms a job by process kind
+(PostgreSQL's whole tree and each backend, Redis, the dispatcher or timer, the workers'
+main and pool processes), WAL bytes a job (and beside it the WAL of the insert before
+the window, a job), the top statements with calls a job, start lag p50/p99 (started −
+due: the jobs table for Tempo and django-tasks-db, a file the peers' tasks append to for
+Celery and procrastinate), jobs run twice (Tempo: attempts > 1; the file peers: a key
+started twice) and started early. Before the rates, per side, the idle cost: CPU ms a
+second with nothing due for `--idle-seconds`. What happens before the first due is
+outside every window: Tempo's and django-tasks-db's inserts (Tempo's with its trigram
+indexes' pending entries flushed), procrastinate's defers, the ETA sends and the Celery
+workers' receipt of them; the timer's sends are inside. Lags are those of the jobs that
+started.
 
 Run it niced (`nice -n 19`): the bench sets the processes it measures (the servers and
 each side's processes) back to the normal priority, and its own loop only sleeps and
@@ -49,6 +51,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.capacity import measure
 from bench.capacity.measure import StatementsPostgres
 from bench.common import table, write_json
 from bench.steady import report, wal
@@ -126,7 +129,11 @@ def steady_run(side: Side, servers: Servers, rate: float, args, delivery: str) -
     side.ready()
     try:
         at = time.time() + side.lead(jobs)
+        before = measure.snapshot(side.sql, servers.postmaster)
         side.schedule(rate, jobs, at, delivery)
+        inserted = measure.wal_bytes(
+            side.sql, before, measure.snapshot(side.sql, servers.postmaster)
+        )
         time.sleep(max(0.0, at - time.time()))
         with servers.window(side) as window:
             time.sleep(max(0.0, at + args.seconds - time.time()))
@@ -136,7 +143,10 @@ def steady_run(side: Side, servers: Servers, rate: float, args, delivery: str) -
     finally:
         side.stop()
         side.discard()
-    return summarize(side, rate, delivery, jobs, at, end, window, outcome)
+    return {
+        **summarize(side, rate, delivery, jobs, at, end, window, outcome),
+        "insert_wal_bytes_per_job": round(inserted / jobs),
+    }
 
 
 def summarize(side, rate, delivery, jobs, at, end, window: Window, outcome: dict) -> dict:

@@ -70,6 +70,7 @@ def curve_row(r: dict) -> dict:
         ),
         "total CPU ms/job": cpu.get("total", ""),
         "WAL B/job": r["wal_bytes_per_job"],
+        "insert WAL B/job": r.get("insert_wal_bytes_per_job", ""),
     }
 
 
