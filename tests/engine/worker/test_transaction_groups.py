@@ -123,15 +123,20 @@ def test_a_lease_lost_in_a_group_rolls_it_back_and_the_others_run_again_alone(ef
     assert len(committed_by([first, last])) == 2
 
 
-def test_a_handler_that_owns_its_transaction_commits_alone(effects):
+def batch_with_one_alone(*handlers: str) -> list[Job]:
+    """`batch`, with `record_alone` a handler that owns its transaction."""
     from tasksapp.engine.handlers import registry
     from tests.handlers.recording import record
 
     registry.register(record, name="tests.handlers.recording.record_alone", own_transaction=True)
     try:
-        jobs = batch("record", "record_alone", "record")
+        return batch(*handlers)
     finally:
         registry.unregister("tests.handlers.recording.record_alone")
+
+
+def test_a_handler_that_owns_its_transaction_commits_alone(effects):
+    jobs = batch_with_one_alone("record", "record_alone", "record")
     assert {job.state for job in jobs} == {JobState.SUCCEEDED}
     first, alone, last = jobs
     # Its own transaction: the group ends before it (or, with helper threads, another
@@ -143,16 +148,10 @@ def test_transactional_successes_leave_the_record_of_deferred_starts(effects):
     """A transactional success takes its job out of the worker's record of the starts it
     deferred in the statement that records it, in a group or committing alone, as an
     at-least-once success does: the record does not grow until a beat prunes it."""
-    from tasksapp.engine.handlers import registry
     from tasksapp.engine.models import WorkerProcess
     from tasksapp.engine.worker.executor import lease_keeper
-    from tests.handlers.recording import record
 
-    registry.register(record, name="tests.handlers.recording.record_alone", own_transaction=True)
-    try:
-        jobs = batch("record", "record", "record_alone")
-    finally:
-        registry.unregister("tests.handlers.recording.record_alone")
+    jobs = batch_with_one_alone("record", "record", "record_alone")
     assert {job.state for job in jobs} == {JobState.SUCCEEDED}
     keeper = lease_keeper()
     assert keeper.defers_starts()
