@@ -5,6 +5,8 @@ running-transactions snapshot) counts under its resource manager."""
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 
 from bench.capacity.measure import BENCH_TAG
@@ -22,12 +24,15 @@ LEFT JOIN LATERAL (
 LEFT JOIN pg_class c ON c.relfilenode = b.filenode AND c.relfilenode <> 0
 GROUP BY 1, 2 ORDER BY 3 DESC
 """
+FLUSHED = f"{BENCH_TAG} SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn"
+FLUSH_WAIT_SECONDS = 5  # the WAL writer flushes asynchronous commits within 200 ms
 
 
 def by_relation(conn: psycopg.Connection, start_lsn: str, end_lsn: str, jobs: int) -> list:
     """Per relation and kind of record, largest first: bytes a job, of them full-page
     images, records a job."""
     conn.execute(f"{BENCH_TAG} CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    wait_until_flushed(conn, end_lsn)
     rows = conn.execute(RECORDS, (start_lsn, end_lsn)).fetchall()
     per = max(jobs, 1)
     return [
@@ -40,3 +45,13 @@ def by_relation(conn: psycopg.Connection, start_lsn: str, end_lsn: str, jobs: in
         }
         for relation, kind, size, fpi, records in rows
     ]
+
+
+def wait_until_flushed(conn: psycopg.Connection, lsn: str) -> None:
+    """pg_walinspect reads only flushed WAL; the window may end on records an
+    asynchronous commit wrote but the WAL writer has not flushed yet."""
+    deadline = time.monotonic() + FLUSH_WAIT_SECONDS
+    while not conn.execute(FLUSHED, (lsn,)).fetchone()[0]:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"WAL up to {lsn} not flushed in {FLUSH_WAIT_SECONDS} s")
+        time.sleep(0.05)
