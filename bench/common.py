@@ -124,7 +124,7 @@ def bench_cluster(database_url: str, name: str, **settings: str):
         queue=f"{name}-{uuid.uuid4().hex[:6]}",
         logs=Path(tempfile.mkdtemp(prefix=f"bench-{name}-")),
         **{
-            "TEMPO_COORDINATION_SECONDS": "2",
+            "TEMPO_TUNING_COORDINATION_SECONDS": "2",
             "TEMPO_CLAIM_TTL_SECONDS": "10",
             "TEMPO_RUN_LEASE_SECONDS": "6",
             **settings,

@@ -13,6 +13,8 @@ import environ
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
+from tasksapp.engine.tuning import TUNING_DEFAULTS
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(environ.Env().str("TEMPO_DATA_DIR", default=str(BASE_DIR / "var")))
 
@@ -337,16 +339,14 @@ CACHES["default"].setdefault("KEY_PREFIX", env.str("TEMPO_CACHE_KEY_PREFIX", def
 
 # --- The scheduler ------------------------------------------------------------------
 TEMPO = {
-    # How far ahead one poll looks, and how often a dispatcher polls at the latest.
+    # How far ahead one poll looks.
     "LOOKAHEAD_SECONDS": env.float("TEMPO_LOOKAHEAD_SECONDS", default=300.0),
-    "POLL_INTERVAL_SECONDS": env.float("TEMPO_POLL_INTERVAL_SECONDS", default=240.0),
     # false: dispatchers on PostgreSQL do not LISTEN; they learn of work only by polling
     # every NOTIFY_OFF_POLL_SECONDS (LOOKAHEAD_SECONDS ahead), so work written at least
     # that long plus the dispatch lead before its run time is claimed on time.
     "DISPATCH_NOTIFY": env.bool("TEMPO_DISPATCH_NOTIFY", default=True),
     "NOTIFY_OFF_POLL_SECONDS": env.float("TEMPO_NOTIFY_OFF_POLL_SECONDS", default=5.0),
     "PARTITIONS": env.int("TEMPO_PARTITIONS", default=16),
-    "COORDINATION_SECONDS": env.float("TEMPO_COORDINATION_SECONDS", default=2.0),
     # Claim this many ms ahead of run_at to hide the broker hop (never starts early).
     "DISPATCH_LEAD_MS": env.int("TEMPO_DISPATCH_LEAD_MS", default=40),
     # Jobs at or above the critical priority are claimed this many ms ahead instead: on
@@ -357,40 +357,18 @@ TEMPO = {
     "CLAIM_TTL_SECONDS": env.float("TEMPO_CLAIM_TTL_SECONDS", default=10.0),
     # A running job's lease; the worker renews it every third of it.
     "RUN_LEASE_SECONDS": env.float("TEMPO_RUN_LEASE_SECONDS", default=6.0),
-    # An at-least-once job that came in a message of several has its start (claimed ->
-    # running) written only once its message has been at the worker this long: a shorter
-    # job's start and end are one update.
-    # Only while the worker holds its liveness lock (its death is seen at once); 0: every
-    # start is written before the handler runs.
-    "DEFERRED_START_SECONDS": env.float("TEMPO_DEFERRED_START_SECONDS", default=1.0),
-    # How often dispatchers look for worker processes that died (their liveness lock is
-    # gone) and end their running jobs' leases at once; 0: leases alone.
-    "WORKER_CHECK_SECONDS": env.float("TEMPO_WORKER_CHECK_SECONDS", default=0.25),
-    # Each worker process also waits on the next one's liveness lock (a ring, one idle
+    # Each worker process waits on the next one's liveness lock (a ring, one idle
     # connection each) and, the moment that one dies, tells the dispatchers to check now.
-    # With notifications only; false: the periodic check alone, one connection fewer.
+    # With notifications only; false: a periodic check alone, one connection fewer.
     "WORKER_WATCH": env.bool("TEMPO_WORKER_WATCH", default=True),
     # Time limit of an attempt whose job sets none (seconds from the handler's begin). At
     # the limit the lease is no longer renewed and the attempt fails; in a prefork worker
     # the child process running the handler is ended (docs/ARCHITECTURE.md, workers).
     "DEFAULT_TIME_LIMIT_SECONDS": env.float("TEMPO_DEFAULT_TIME_LIMIT_SECONDS", default=300.0),
-    # Most job ids in one broker message, and how many messages a due batch is split into.
-    "MAX_BATCH": env.int("TEMPO_MAX_BATCH", default=250),
-    "FANOUT": env.int("TEMPO_FANOUT", default=32),
     # Handlers of one batch run side by side on this many threads per worker process
     # (1: one after another). Pair a value > 1 with `celery worker -c 1`.
     "BATCH_PARALLELISM": env.int("TEMPO_BATCH_PARALLELISM", default=1),
-    # Transactional jobs of a batch share one transaction, each in a savepoint of its own,
-    # committed together with their successes this many ms after its first job finished
-    # (tasksapp/engine/worker/groups.py).
-    "TRANSACTION_GROUP_MS": env.float("TEMPO_TRANSACTION_GROUP_MS", default=50.0),
-    # Backpressure: claim only while fewer messages than this wait in the queue.
-    "MAX_QUEUED_MESSAGES": env.int("TEMPO_MAX_QUEUED_MESSAGES", default=64),
     "QUEUE": env.str("TEMPO_QUEUE", default="tempo"),
-    # Dispatchers and workers commit asynchronously (tasksapp/engine/sessions.py).
-    "ASYNC_COMMIT": env.bool("TEMPO_ASYNC_COMMIT", default=True),
-    # The per-job statements are prepared once per session (tasksapp/engine/sessions.py).
-    "PREPARED_STATEMENTS": env.bool("TEMPO_PREPARED_STATEMENTS", default=not TEMPO_DB_POOLER),
     # See TEMPO_DB_POOLER above (docs/DEPLOYMENT.md, connection poolers).
     "DB_POOLER": TEMPO_DB_POOLER,
     "SESSION_DATABASE_URL": TEMPO_SESSION_DATABASE_URL,
@@ -400,8 +378,6 @@ TEMPO = {
     "INDEX_REDIS_URL": env.str("TEMPO_INDEX_REDIS_URL", default=CELERY_BROKER_URL),
     # Key prefix of the index; by default the queue name, so clusters never share one.
     "INDEX_PREFIX": env.str("TEMPO_INDEX_PREFIX", default=""),
-    # A take not confirmed within this time is returned to the index by any instance.
-    "INDEX_LEASE_SECONDS": env.float("TEMPO_INDEX_LEASE_SECONDS", default=5.0),
     # Largest payload and result a job may carry, in bytes of JSON text, and the deepest
     # nesting of either (tasksapp/engine/jsonvalues.py); larger ones are refused.
     "MAX_PAYLOAD_BYTES": env.int("TEMPO_MAX_PAYLOAD_BYTES", default=1_048_576),
@@ -415,6 +391,21 @@ TEMPO = {
     # above the critical priority are claimed until the backlog is below it again.
     "DEGRADED_BACKLOG": env.int("TEMPO_DEGRADED_BACKLOG", default=0),
     "DEGRADED_AFTER_SECONDS": env.float("TEMPO_DEGRADED_AFTER_SECONDS", default=30.0),
+}
+
+
+def _tuning_value(key: str, default: object) -> object:
+    """TEMPO_TUNING_<KEY> read as its default's type (a flag where the default is None)."""
+    kind = {bool: env.bool, int: env.int, float: env.float}.get(type(default), env.bool)
+    return kind(f"TEMPO_TUNING_{key}")
+
+
+# The engine's tunings are constants (tasksapp/engine/tuning.py), not settings; the test
+# suite and the benches override one with TEMPO_TUNING_<KEY>.
+TEMPO_TUNING = {
+    key: _tuning_value(key, default)
+    for key, default in TUNING_DEFAULTS.items()
+    if f"TEMPO_TUNING_{key}" in env
 }
 
 # Web processes keep their connection between requests for this long; dispatchers and

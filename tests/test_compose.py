@@ -83,3 +83,18 @@ def test_every_service_has_a_health_check(compose):
         if name != "migrate" and "test" not in service.get("healthcheck", {})
     ]
     assert missing == []
+
+
+READ = re.compile(r'(?:env|Env\(\)|os\.environ)\.\w+\(\s*"([A-Z][A-Z0-9_]*)"')
+COMPOSE_ONLY = {"POSTGRES_DB", "POSTGRES_USER", "POSTGRES_PASSWORD"}  # the postgres image's
+
+
+def test_env_example_lists_exactly_the_variables_the_settings_read():
+    """Every variable the settings read is in .env.example, and the example offers none
+    that nothing reads (the tunings' TEMPO_TUNING_<KEY> are not offered)."""
+    settings = (ROOT / "schedapp" / "settings.py").read_text()
+    runall = (ROOT / "tasksapp" / "management" / "commands" / "runall.py").read_text()
+    read = set(READ.findall(settings))
+    listed = set(re.findall(r"^#? ?([A-Z][A-Z0-9_]*)=", (ROOT / ".env.example").read_text(), re.M))
+    assert read - listed == set()
+    assert listed - read - set(READ.findall(runall)) - COMPOSE_ONLY == set()

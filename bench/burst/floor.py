@@ -2,7 +2,7 @@
 versions every at-least-once job costs, with the engine's own statements in the engine's
 batches, and no dispatcher, broker or worker in the way. `written`: three versions
 (claimed, running, succeeded), every start written first; `deferred`: two (claimed,
-succeeded), the start only read and written with the end (TEMPO_DEFERRED_START_SECONDS).
+succeeded), the start only read and written with the end (TEMPO_TUNING_DEFERRED_START_SECONDS).
 
     python -m bench.burst.floor [--size 10000] [--connections 1 2] [--batch 250] [--rounds 3]
                                 [--starts written deferred]

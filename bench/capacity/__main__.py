@@ -149,7 +149,7 @@ def engine_cluster(url: str, **settings: str) -> Cluster:
         broker_url=BROKER_URL,
         queue=f"capacity-{uuid.uuid4().hex[:6]}",
         logs=Path(tempfile.mkdtemp(prefix="bench-capacity-")),
-        TEMPO_COORDINATION_SECONDS="2",
+        TEMPO_TUNING_COORDINATION_SECONDS="2",
         TEMPO_RUN_LEASE_SECONDS="6",
         TEMPO_DISPATCH_LEAD_MS=str(LEAD_MS),
         **settings,
@@ -159,7 +159,7 @@ def engine_cluster(url: str, **settings: str) -> Cluster:
 def burst_run(url: str, postmaster: int, n: int, delivery: str, pool: str) -> dict:
     # Backpressure off and long claim leases: the dispatcher claims all while no worker runs.
     cluster = engine_cluster(
-        url, TEMPO_CLAIM_TTL_SECONDS="600", TEMPO_MAX_QUEUED_MESSAGES="1000000"
+        url, TEMPO_CLAIM_TTL_SECONDS="600", TEMPO_TUNING_MAX_QUEUED_MESSAGES="1000000"
     )
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")

@@ -65,7 +65,7 @@ LEAD_ROUND_TRIPS = 12  # dispatcher/loop.py: the lead adds these many round trip
 BACKPRESSURE_RETRY_MS = 10.0  # dispatcher/sources/base.py
 JOB_OVERHEAD_MS = 0.5  # dispatcher/messages.py: a job's hold of a slot besides its handler
 GROUP_WAIT_MS = 2.0  # worker/groups.py: a group waits this long at most for its next job
-TRANSACTION_GROUP_MS = 50.0  # TEMPO_TRANSACTION_GROUP_MS: a group's age at most
+TRANSACTION_GROUP_MS = 50.0  # TEMPO_TUNING_TRANSACTION_GROUP_MS: a group's age at most
 
 # The statements, by the start of their text (pg_stat_statements cuts them; some runs show
 # a state as a literal).

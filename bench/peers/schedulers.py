@@ -127,7 +127,7 @@ class Tempo(Peer):
             broker_url=broker_url,
             queue=f"peers-{uuid.uuid4().hex[:6]}",
             logs=logs,
-            TEMPO_COORDINATION_SECONDS="2",  # bench_cluster's timings for a long run
+            TEMPO_TUNING_COORDINATION_SECONDS="2",  # bench_cluster's timings for a long run
             TEMPO_CLAIM_TTL_SECONDS="10",
             TEMPO_RUN_LEASE_SECONDS="6",
             TEMPO_BATCH_PARALLELISM=str(slots),

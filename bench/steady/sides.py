@@ -142,7 +142,7 @@ class Tempo(Side):
             broker_url=self.broker_url,
             queue=f"steady-{uuid.uuid4().hex[:6]}",
             logs=self.logs,
-            TEMPO_COORDINATION_SECONDS="2",  # bench_cluster's timings for a long run
+            TEMPO_TUNING_COORDINATION_SECONDS="2",  # bench_cluster's timings for a long run
             TEMPO_CLAIM_TTL_SECONDS="10",
             TEMPO_RUN_LEASE_SECONDS="6",
         )

@@ -17,6 +17,8 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
+from tasksapp.engine.tuning import TUNING_DEFAULTS
+
 DISPATCH_MODES = ("database", "redis")
 # Jobs inserted or re-scheduled to run within this window are announced by the jobs
 # table's NOTIFY trigger (migration 0002): a dispatcher's lookahead must not exceed it.
@@ -26,40 +28,33 @@ REDIS_SCHEMES = ("redis://", "rediss://")
 DEFAULT_QUEUE = "default"  # the queue of a job that names none (tasksapp.engine.options)
 _TYPES = {"bool": bool, "float": float, "int": int, "str": str}
 ERR_UNKNOWN_KEYS = "{setting} has unknown keys: {unknown}. Known keys: {known}."
+ERR_TUNING_KEYS = (
+    "{setting} sets {tunings}: the engine's tunings are not settings "
+    "(tasksapp/engine/tuning.py says what each was measured with); remove them."
+)
 ERR_NOT_A_DICT = "{setting} must be a dict of keys to values, not {kind}."
 
-# Every key of `settings.TEMPO` and its value when a project leaves it out. Three are
-# derived when empty (see TempoSettings.load): INDEX_REDIS_URL (the Redis broker's URL),
-# INDEX_PREFIX ("<QUEUE>:") and PREPARED_STATEMENTS (on unless DB_POOLER is set).
+# Every key of `settings.TEMPO` and its value when a project leaves it out. Two are
+# derived when empty (see TempoSettings.load): INDEX_REDIS_URL (the Redis broker's URL)
+# and INDEX_PREFIX ("<QUEUE>:"). The engine's tunings are not settings (tuning.py).
 DEFAULTS: dict[str, object] = {
     "LOOKAHEAD_SECONDS": 300.0,
-    "POLL_INTERVAL_SECONDS": 240.0,
     "DISPATCH_NOTIFY": True,
     "NOTIFY_OFF_POLL_SECONDS": 5.0,
     "PARTITIONS": 16,
-    "COORDINATION_SECONDS": 2.0,
     "DISPATCH_LEAD_MS": 40,
     "CRITICAL_LEAD_MS": 100,
     "CLAIM_TTL_SECONDS": 10.0,
     "RUN_LEASE_SECONDS": 6.0,
-    "DEFERRED_START_SECONDS": 1.0,
-    "WORKER_CHECK_SECONDS": 0.25,
     "WORKER_WATCH": True,
     "DEFAULT_TIME_LIMIT_SECONDS": 300.0,
-    "MAX_BATCH": 250,
-    "FANOUT": 32,
     "BATCH_PARALLELISM": 1,
-    "TRANSACTION_GROUP_MS": 50.0,
-    "MAX_QUEUED_MESSAGES": 64,
     "QUEUE": "tempo",
-    "ASYNC_COMMIT": True,
-    "PREPARED_STATEMENTS": None,
     "DB_POOLER": "",
     "SESSION_DATABASE_URL": "",
     "DISPATCH_MODE": "database",
     "INDEX_REDIS_URL": "",
     "INDEX_PREFIX": "",
-    "INDEX_LEASE_SECONDS": 5.0,
     "MAX_PAYLOAD_BYTES": 1_048_576,
     "MAX_RESULT_BYTES": 1_048_576,
     "MAX_JSON_DEPTH": 32,
@@ -96,6 +91,7 @@ SETTING_DEFAULTS = {
     "TEMPO": DEFAULTS,
     "TEMPO_PLANNING": PLANNING_DEFAULTS,
     "TEMPO_RETENTION": RETENTION_DEFAULTS,
+    "TEMPO_TUNING": TUNING_DEFAULTS,
 }
 
 
@@ -108,6 +104,11 @@ def configured(setting: str) -> dict[str, object]:
     if not isinstance(given, dict):
         raise ImproperlyConfigured(ERR_NOT_A_DICT.format(setting=setting, kind=type(given)))
     unknown = sorted(set(given) - set(defaults))
+    tunings = [key for key in unknown if setting == "TEMPO" and key in TUNING_DEFAULTS]
+    if tunings:
+        raise ImproperlyConfigured(
+            ERR_TUNING_KEYS.format(setting=setting, tunings=", ".join(tunings))
+        )
     if unknown:
         raise ImproperlyConfigured(
             ERR_UNKNOWN_KEYS.format(
@@ -119,7 +120,8 @@ def configured(setting: str) -> dict[str, object]:
 
 @dataclass(frozen=True, slots=True)
 class TempoSettings:
-    """`settings.TEMPO`: one field per key, named as the key in lower case."""
+    """`settings.TEMPO` and the engine's tunings (`tuning.py`): one field per key, named
+    as the key in lower case."""
 
     lookahead_seconds: float
     poll_interval_seconds: float
@@ -160,23 +162,25 @@ class TempoSettings:
         if not self.default_time_limit_seconds > 0:
             raise ValueError("TEMPO_DEFAULT_TIME_LIMIT_SECONDS must be a positive number")
         if not self.transaction_group_ms >= 0:
-            raise ValueError("TEMPO_TRANSACTION_GROUP_MS must be at least 0")
+            raise ValueError("TEMPO_TUNING['TRANSACTION_GROUP_MS'] must be at least 0")
         if self.db_pooler not in DB_POOLERS:
             raise ValueError(
                 f"TEMPO_DB_POOLER must be empty or transaction, not {self.db_pooler!r}"
             )
         if self.db_pooler and self.prepared_statements:
             raise ValueError(
-                "TEMPO_PREPARED_STATEMENTS needs a session connection: turn it off "
-                "behind a transaction pooler"
+                "TEMPO_TUNING['PREPARED_STATEMENTS'] needs a session connection: turn it "
+                "off behind a transaction pooler"
             )
         if not 0 <= self.deferred_start_seconds <= self.claim_ttl_seconds / 2:
             raise ValueError(
-                "TEMPO_DEFERRED_START_SECONDS must be between 0 (off) and half of "
-                "TEMPO_CLAIM_TTL_SECONDS: the start must be written while the claim holds"
+                "TEMPO_TUNING['DEFERRED_START_SECONDS'] must be between 0 (off) and half "
+                "of TEMPO_CLAIM_TTL_SECONDS: the start must be written while the claim holds"
             )
         if not self.worker_check_seconds >= 0:
-            raise ValueError("TEMPO_WORKER_CHECK_SECONDS must be 0 (off) or a positive number")
+            raise ValueError(
+                "TEMPO_TUNING['WORKER_CHECK_SECONDS'] must be 0 (off) or a positive number"
+            )
         if not self.notify_off_poll_seconds > 0:
             raise ValueError("TEMPO_NOTIFY_OFF_POLL_SECONDS must be a positive number")
         if self.dispatch_mode not in DISPATCH_MODES:
@@ -198,15 +202,19 @@ class TempoSettings:
 
     @classmethod
     def load(cls) -> TempoSettings:
-        """Read `settings.TEMPO` now, over the defaults, each value converted to its
-        field's type."""
-        raw = configured("TEMPO")
+        """Read `settings.TEMPO` (and `TEMPO_TUNING`) now, over the defaults, each value
+        converted to its field's type."""
+        raw = {**configured("TEMPO"), **configured("TEMPO_TUNING")}
         if raw["PREPARED_STATEMENTS"] is None:
             raw["PREPARED_STATEMENTS"] = not raw["DB_POOLER"]
         if not raw["INDEX_REDIS_URL"]:
             broker = str(getattr(django_settings, "CELERY_BROKER_URL", "") or "")
             raw["INDEX_REDIS_URL"] = broker if broker.startswith(REDIS_SCHEMES) else ""
         raw["INDEX_PREFIX"] = raw["INDEX_PREFIX"] or f"{raw['QUEUE']}:"
+        # A deferred start is written while the claim holds: a shorter claim lifetime
+        # shortens the deferral with it.
+        half_claim = float(raw["CLAIM_TTL_SECONDS"]) / 2
+        raw["DEFERRED_START_SECONDS"] = min(float(raw["DEFERRED_START_SECONDS"]), half_claim)
         return cls(**{f.name: _TYPES[f.type](raw[f.name.upper()]) for f in fields(cls)})
 
     def check_dispatch(self, *, listen_notify: bool, postgres: bool = True) -> None:
@@ -250,7 +258,7 @@ def tempo_settings() -> TempoSettings:
 
 
 def _read_again(*, setting: str, **kwargs) -> None:
-    if setting == "TEMPO":  # override_settings, as tests do
+    if setting in ("TEMPO", "TEMPO_TUNING"):  # override_settings, as tests do
         tempo_settings.cache_clear()
 
 

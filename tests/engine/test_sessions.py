@@ -38,7 +38,7 @@ def test_start_and_finish_are_prepared_once_per_session():
 
 
 def test_prepared_statements_can_be_turned_off(settings):
-    settings.TEMPO = {**settings.TEMPO, "PREPARED_STATEMENTS": False}
+    settings.TEMPO_TUNING = {"PREPARED_STATEMENTS": False}
     connection.ensure_connection()
     with connection.cursor() as cursor:
         cursor.execute("DEALLOCATE ALL")

@@ -8,12 +8,14 @@ from django.core.exceptions import ImproperlyConfigured
 from tasksapp.engine import checks
 from tasksapp.engine.settings import (
     DEFAULTS,
+    ERR_TUNING_KEYS,
     ERR_UNKNOWN_KEYS,
     PLANNING_DEFAULTS,
     RETENTION_DEFAULTS,
     TempoSettings,
     configured,
 )
+from tasksapp.engine.tuning import TUNING_DEFAULTS
 from tasksapp.engine.worker.celery_app import _with_tempo, route_to_tempo_queue
 from tasksapp.engine.worker.wakeup import HubWakeup, HubWakeupReader
 from tasksapp.management.commands.tempo_worker import served_queues
@@ -39,7 +41,8 @@ def test_a_project_sets_only_what_it_changes(settings):
         "jobs:",
         False,
     )
-    assert loaded.max_batch == DEFAULTS["MAX_BATCH"]
+    assert loaded.lookahead_seconds == DEFAULTS["LOOKAHEAD_SECONDS"]
+    assert loaded.max_batch == TUNING_DEFAULTS["MAX_BATCH"]  # a tuning, not a setting
 
 
 def test_an_unknown_key_is_an_error_naming_it(settings):
@@ -50,6 +53,17 @@ def test_an_unknown_key_is_an_error_naming_it(settings):
         setting="TEMPO", unknown="QEUE", known=", ".join(DEFAULTS)
     )
     assert [m.id for m in checks.check_configuration()] == ["tempo.E010"]
+
+
+def test_a_tuning_set_as_a_setting_is_an_error_saying_it_is_no_setting(settings):
+    """The engine's tunings were settings once: a project that still sets one is told
+    what it is, and nothing is loaded."""
+    settings.TEMPO = {"QUEUE": "jobs", "FANOUT": 8, "MAX_BATCH": 10}
+    with pytest.raises(ImproperlyConfigured) as refused:
+        TempoSettings.load()
+    expected = ERR_TUNING_KEYS.format(setting="TEMPO", tunings="FANOUT, MAX_BATCH")
+    assert str(refused.value) == expected
+    assert not set(TUNING_DEFAULTS) & set(DEFAULTS)
 
 
 def test_the_redis_mode_without_its_app_is_an_error_naming_the_app(settings, monkeypatch):

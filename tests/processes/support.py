@@ -66,7 +66,7 @@ class Cluster:
             "TEMPO_QUEUE": queue,
             "DJANGO_SECRET_KEY": "test-only-" * 6,
             "PYTHONPATH": str(ROOT),
-            "TEMPO_COORDINATION_SECONDS": "0.5",
+            "TEMPO_TUNING_COORDINATION_SECONDS": "0.5",
             "TEMPO_CLAIM_TTL_SECONDS": "4",
             "TEMPO_RUN_LEASE_SECONDS": "3",
             **settings,

@@ -1,5 +1,5 @@
 """Deferred starts, with real processes: an at-least-once job that came in a message of
-several and whose handler ends within TEMPO_DEFERRED_START_SECONDS is started and ended
+several and whose handler ends within TEMPO_TUNING_DEFERRED_START_SECONDS is started and ended
 in one update; a longer one shows `running` once that time has passed; a worker
 SIGKILLed while its jobs' starts are still deferred (the jobs `claimed`) has them
 returned at once, each attempt counted."""
@@ -63,7 +63,7 @@ def transitions(sql) -> dict[int, list[str]]:
 def test_a_short_job_is_started_and_ended_in_one_update_a_long_one_shows_running(cluster, sql):
     sql.execute(TRANSITIONS)
     # one message for the jobs due together: a message of one job starts it as before
-    cluster.env.update(TEMPO_DEFERRED_START_SECONDS="1.5", TEMPO_FANOUT="1")
+    cluster.env.update(TEMPO_TUNING_DEFERRED_START_SECONDS="1.5", TEMPO_TUNING_FANOUT="1")
     cluster.dispatcher("d1")
     cluster.worker("w1", concurrency=2)
     live_worker(sql, cluster.processes["w1"].pid)
@@ -112,7 +112,7 @@ def test_a_killed_workers_jobs_whose_starts_were_deferred_return_at_once_counted
     cluster.env.update(
         TEMPO_RUN_LEASE_SECONDS="30",
         TEMPO_CLAIM_TTL_SECONDS="20",
-        TEMPO_DEFERRED_START_SECONDS="8",
+        TEMPO_TUNING_DEFERRED_START_SECONDS="8",
         TEMPO_BATCH_PARALLELISM="4",  # the four in one message, run side by side
     )
     create_tables(sql)

@@ -199,7 +199,7 @@ def test_a_hung_handler_s_batch_is_recorded_or_handed_back(
         broker_url=broker_url,
         queue=queue_name,
         logs=tmp_path,
-        TEMPO_FANOUT="1",
+        TEMPO_TUNING_FANOUT="1",
     )
     try:
         cluster.dispatcher("d1")

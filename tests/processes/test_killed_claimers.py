@@ -32,7 +32,7 @@ def long_claims(db_url, broker_url, queue_name, tmp_path):
         queue=queue_name,
         logs=tmp_path,
         TEMPO_CLAIM_TTL_SECONDS=str(CLAIM_TTL_S),
-        TEMPO_DEFERRED_START_SECONDS="0",
+        TEMPO_TUNING_DEFERRED_START_SECONDS="0",
     )
     yield running
     running.stop()

@@ -24,9 +24,9 @@ def redis_settings(index_url: str) -> dict[str, str]:
     return {
         "TEMPO_DISPATCH_MODE": "redis",
         "TEMPO_INDEX_REDIS_URL": index_url,
-        "TEMPO_POLL_INTERVAL_SECONDS": str(POLL_INTERVAL),
+        "TEMPO_TUNING_POLL_INTERVAL_SECONDS": str(POLL_INTERVAL),
         "TEMPO_LOOKAHEAD_SECONDS": str(POLL_INTERVAL + 5),
-        "TEMPO_INDEX_LEASE_SECONDS": "2",
+        "TEMPO_TUNING_INDEX_LEASE_SECONDS": "2",
     }
 
 

@@ -101,7 +101,7 @@ def test_higher_priority_jobs_taken_later_overtake_a_backlog(redis_cluster, sql)
     """One slot and room for one message: twelve low jobs due first make a backlog;
     five high ones due 0.5 s later run before the low ones still waiting."""
     create_runs_table(sql)
-    cluster = redis_cluster(TEMPO_MAX_QUEUED_MESSAGES="1", TEMPO_MAX_BATCH="1")
+    cluster = redis_cluster(TEMPO_TUNING_MAX_QUEUED_MESSAGES="1", TEMPO_TUNING_MAX_BATCH="1")
     cluster.dispatcher("d1")
     cluster.worker("w1", concurrency=1)
     indexed(sql, 1)

@@ -90,7 +90,9 @@ def test_a_killed_workers_limited_slots_come_back(cluster, sql, worker_check):
     its liveness lock go, when its 6 s leases expire without that check — then run on
     the survivor; never more than two at once."""
     lease = 6.0
-    cluster.env.update(TEMPO_RUN_LEASE_SECONDS=str(lease), TEMPO_WORKER_CHECK_SECONDS=worker_check)
+    cluster.env.update(
+        TEMPO_RUN_LEASE_SECONDS=str(lease), TEMPO_TUNING_WORKER_CHECK_SECONDS=worker_check
+    )
     create_tables(sql)
     create_runs_table(sql)
     queue_configure(name="sync", concurrency_limit=2)

@@ -23,15 +23,15 @@ COUNT = 4
 
 @pytest.fixture
 def grouping_cluster(db_url, broker_url, queue_name, tmp_path):
-    """One message per due batch (`TEMPO_FANOUT=1`) and a group that stays open for the
+    """One message per due batch (`TEMPO_TUNING_FANOUT=1`) and a group that stays open for the
     whole batch, so that the kill lands while earlier jobs wait for its commit."""
     running = Cluster(
         database_url=db_url,
         broker_url=broker_url,
         queue=queue_name,
         logs=tmp_path,
-        TEMPO_FANOUT="1",
-        TEMPO_TRANSACTION_GROUP_MS="60000",
+        TEMPO_TUNING_FANOUT="1",
+        TEMPO_TUNING_TRANSACTION_GROUP_MS="60000",
     )
     yield running
     running.stop()

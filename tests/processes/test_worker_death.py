@@ -106,7 +106,7 @@ def test_polling_only_the_dispatcher_that_finds_a_death_runs_the_jobs_of_every_p
     )
     create_tables(sql)
     cluster.dispatcher("d1")
-    cluster.env["TEMPO_WORKER_CHECK_SECONDS"] = "60"
+    cluster.env["TEMPO_TUNING_WORKER_CHECK_SECONDS"] = "60"
     cluster.dispatcher("d2")
     wait_for(lambda: partitions_by_session(sql) == [8, 8], timeout=30, message="8 partitions each")
     cluster.worker("w1", concurrency=16)
@@ -172,7 +172,7 @@ def jobs_running_on_w1(cluster, sql, key: str, **env: str) -> list[int]:
     """Two dispatchers; four at-least-once jobs running on worker w1; w2 started beside
     it, idle. The periodic look for dead workers is two minutes away."""
     cluster.env.update(
-        TEMPO_RUN_LEASE_SECONDS=str(LEASE_S), TEMPO_WORKER_CHECK_SECONDS=RARE_CHECK_S, **env
+        TEMPO_RUN_LEASE_SECONDS=str(LEASE_S), TEMPO_TUNING_WORKER_CHECK_SECONDS=RARE_CHECK_S, **env
     )
     create_tables(sql)
     cluster.dispatcher("d1")

@@ -48,7 +48,7 @@ def planning(settings):
         "HORIZON_SECONDS": 30.0,
         "LATE_GRACE_SECONDS": 900.0,
     }
-    settings.TEMPO = {**settings.TEMPO, "COORDINATION_SECONDS": 0.1}
+    settings.TEMPO_TUNING = {"COORDINATION_SECONDS": 0.1}
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ Each worker process holds an advisory lock on its own name, on a session of its 
 direct connection, past any transaction pooler). PostgreSQL frees the lock the moment
 that session ends, so the moment the process dies: SIGKILL, OOM kill, a crash. The
 dispatchers look for workers whose lock is gone four times a second
-(`TEMPO_WORKER_CHECK_SECONDS`) and end the leases of their running jobs at once, so
+(`tuning.WORKER_CHECK_SECONDS`) and end the leases of their running jobs at once, so
 those run again (or become `lost`) within a few hundred ms of the death, instead of when
 the run lease (`TEMPO_RUN_LEASE_SECONDS`) would have run out.
 

@@ -157,7 +157,7 @@ class BrokerGate:
     def room_for(self, wanted: int, queue: str = DEFAULT_QUEUE) -> int:
         """How many due jobs of a queue may be claimed now. Claiming faster than the
         workers start jobs would only make claims wait: none while the broker does not
-        answer, none while its queue holds TEMPO_MAX_QUEUED_MESSAGES or a message this
+        answer, none while its queue holds tuning.MAX_QUEUED_MESSAGES or a message this
         dispatcher sent may have waited over half a claim's lifetime."""
         if self.now_ms() < self._retry_at:
             return 0

@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 
 # Messages remembered per Celery queue: beyond this a sent message is taken for read.
-# (At most TEMPO_MAX_QUEUED_MESSAGES wait by backpressure; other dispatchers' messages
+# (At most tuning.MAX_QUEUED_MESSAGES wait by backpressure; other dispatchers' messages
 # count in the broker's backlog too.)
 MAX_REMEMBERED_MESSAGES = 4096
 

@@ -2,7 +2,7 @@
 
 A message costs a publish, a read by a worker, a start and a success statement whatever
 it holds, so jobs share messages where they can: many due at once (a burst) are cut
-into up to TEMPO_FANOUT messages, and jobs spread in time (a steady stream) share a
+into up to tuning.FANOUT messages, and jobs spread in time (a steady stream) share a
 message when one worker slot can run them in turn, each at its instant. How long a job
 holds a slot is learnt from the workers: each reports its slowest handler of its last
 heartbeats on its row (`slowest_handler_ms`), and the dispatcher reads them at start and

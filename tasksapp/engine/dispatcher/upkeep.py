@@ -4,7 +4,7 @@
   messages may still wait in the broker keep their claims), while leases are out: an
   idle dispatcher sends no statement.
 - The look for dead workers (their liveness lock gone) ends their leases at once, every
-  TEMPO_WORKER_CHECK_SECONDS while jobs are leased, and at once when the lock ring says
+  tuning.WORKER_CHECK_SECONDS while jobs are leased, and at once when the lock ring says
   a worker or a peer died; after a worker's death, this dispatcher's own claims that the
   dead worker had taken unstarted are returned too, and those made just before the death
   once they have settled.

@@ -54,7 +54,7 @@ def engine_cursor() -> Iterator[Any]:
     its handler, paid by every worker at once in a burst. Their generic plan is the one
     wanted at any size (the ids, then the primary key). The dispatcher's claim is not
     prepared: its best plan depends on how many jobs it claims and how many are due.
-    `TEMPO_PREPARED_STATEMENTS=false` turns this off (for a connection pooler in
+    `tuning.PREPARED_STATEMENTS = False` turns this off (for a connection pooler in
     transaction mode older than PgBouncer 1.21).
     """
     db = tempo_connection()

@@ -259,7 +259,7 @@ RETURNING {STARTED_OUTPUT}
 DEFERRABLE = f"""(j.delivery <> {AT_MOST_ONCE} AND (j.lease_expires_at
     >= statement_timestamp() + make_interval(secs => %(ttl)s / 2.0)) IS TRUE)"""
 
-# The same start with the DEFERRABLE ones deferred (TEMPO_DEFERRED_START_SECONDS): those
+# The same start with the DEFERRABLE ones deferred (tuning.DEFERRED_START_SECONDS): those
 # stay `claimed` and are only read, and the worker's row records them, so that a
 # dispatcher that finds it dead counts their attempts and returns them at once
 # (EXPIRE_HELD_OF). The worker writes their start later if they are still running

@@ -122,7 +122,7 @@ class StartedJob:
     clock: DatabaseTime
     cancel_requested: bool = False  # an operator cancelled it before it started
     # False: an at-least-once job whose start is deferred (it is still `claimed`): the
-    # worker writes it if the job is still running TEMPO_DEFERRED_START_SECONDS later.
+    # worker writes it if the job is still running tuning.DEFERRED_START_SECONDS later.
     start_written: bool = True
 
     def with_clock(self, clock: DatabaseTime) -> StartedJob:

@@ -32,7 +32,7 @@ HANDLER = "tests.handlers.recording.noop"
 
 @pytest.fixture
 def fast(settings):
-    settings.TEMPO = {**settings.TEMPO, "COORDINATION_SECONDS": 0.1}
+    settings.TEMPO_TUNING = {"COORDINATION_SECONDS": 0.1}
 
 
 @pytest.fixture
@@ -286,7 +286,8 @@ def test_a_dispatcher_that_cannot_reach_the_broker_hands_its_partitions_to_a_pee
 
 
 def test_a_publish_that_fails_leaves_the_claim_to_the_reaper(loops, fast, settings):
-    settings.TEMPO = {**settings.TEMPO, "CLAIM_TTL_SECONDS": 0.5, "DEFERRED_START_SECONDS": 0.2}
+    settings.TEMPO = {**settings.TEMPO, "CLAIM_TTL_SECONDS": 0.5}
+    settings.TEMPO_TUNING = {"DEFERRED_START_SECONDS": 0.2}
     broker = DownBroker()
     broker.down, broker.publish_fails = False, True
     job = schedule(-0.01)
@@ -312,7 +313,7 @@ def test_a_burst_larger_than_one_poll_page_is_fetched_in_pages(loops, publisher,
 
 
 def test_a_dead_peer_is_noticed_at_once_not_at_the_next_round(loops, settings):
-    settings.TEMPO = {**settings.TEMPO, "COORDINATION_SECONDS": 60}
+    settings.TEMPO_TUNING = {"COORDINATION_SECONDS": 60}
     first, second = RecordingPublisher(), RecordingPublisher()
     a = loops("a", first)
     run_until(lambda: len(a.coordinator.owned) == 16, a)
@@ -391,7 +392,8 @@ def test_a_partition_changing_hands_is_served_all_along(loops, fast):
 def test_polling_only_a_dead_peers_partitions_are_served_at_once_then_shared(loops, settings):
     """Without NOTIFY only the dead peer's watcher hears of it at once: it adopts every
     orphan, and hands the others their share at the next rounds without a gap."""
-    settings.TEMPO = {**settings.TEMPO, "COORDINATION_SECONDS": 0.1, "DISPATCH_NOTIFY": False}
+    settings.TEMPO = {**settings.TEMPO, "DISPATCH_NOTIFY": False}
+    settings.TEMPO_TUNING = {"COORDINATION_SECONDS": 0.1}
     a, b, c = (loops(name, RecordingPublisher()) for name in "abc")
     run_until(
         lambda: sorted(len(x.coordinator.owned) for x in (a, b, c)) == [5, 5, 6]
@@ -429,7 +431,7 @@ def test_a_share_not_free_yet_is_looked_for_again_within_a_round(loops, settings
     """A dead peer's session lets its partition locks go one by one, and the watcher can
     wake the survivors before the last is gone. Below its share after that round, a
     survivor looks again at once, not a round (here a minute) later."""
-    settings.TEMPO = {**settings.TEMPO, "COORDINATION_SECONDS": 60}
+    settings.TEMPO_TUNING = {"COORDINATION_SECONDS": 60}
     a = loops("a", RecordingPublisher())
     run_until(lambda: len(a.coordinator.owned) == 16, a)
     b = loops("b", RecordingPublisher())
@@ -478,9 +480,9 @@ def test_a_critical_job_is_claimed_further_ahead_than_the_others(loops, publishe
     """At or above the critical priority a job is claimed TEMPO_CRITICAL_LEAD_MS ahead
     (its message and a worker thread ready at run time on busy cores); the others keep
     the dispatch lead."""
+    settings.TEMPO_TUNING = {"COORDINATION_SECONDS": 0.1}
     settings.TEMPO = {
         **settings.TEMPO,
-        "COORDINATION_SECONDS": 0.1,
         "DISPATCH_LEAD_MS": 20,
         "CRITICAL_LEAD_MS": 400,
     }

@@ -153,8 +153,8 @@ def redis_mode(settings, prefix, monkeypatch):
         "DISPATCH_MODE": "redis",
         "INDEX_PREFIX": prefix,
         "INDEX_REDIS_URL": settings.CELERY_BROKER_URL,
-        "COORDINATION_SECONDS": 0.1,
     }
+    settings.TEMPO_TUNING = {"COORDINATION_SECONDS": 0.1}
 
 
 @pytest.fixture

@@ -37,12 +37,7 @@ class OneAtATime(RecordingPublisher):
 
 @pytest.fixture
 def one_by_one(settings):
-    settings.TEMPO = {
-        **settings.TEMPO,
-        "COORDINATION_SECONDS": 0.1,
-        "MAX_BATCH": 1,
-        "MAX_QUEUED_MESSAGES": 1,
-    }
+    settings.TEMPO_TUNING = {"COORDINATION_SECONDS": 0.1, "MAX_BATCH": 1, "MAX_QUEUED_MESSAGES": 1}
 
 
 @pytest.fixture
@@ -200,9 +195,9 @@ class FullDefaultQueue(RecordingPublisher):
 
 
 def test_a_lasting_backlog_switches_degraded_mode_on_for_a_spell(loop, settings):
+    settings.TEMPO_TUNING = {"COORDINATION_SECONDS": 0.1}
     settings.TEMPO = {
         **settings.TEMPO,
-        "COORDINATION_SECONDS": 0.1,
         "DEGRADED_BACKLOG": 3,
         "DEGRADED_AFTER_SECONDS": 0.5,
     }
@@ -227,8 +222,8 @@ def test_a_lost_redis_index_switches_degraded_mode_on(loop, settings, monkeypatc
         **settings.TEMPO,
         "DISPATCH_MODE": "redis",
         "INDEX_REDIS_URL": "redis://127.0.0.1:9/0",  # the discard port: refused
-        "COORDINATION_SECONDS": 0.1,
     }
+    settings.TEMPO_TUNING = {"COORDINATION_SECONDS": 0.1}
     monkeypatch.setattr(redis_source, "CHECK_SECONDS", 0.1)
     low, critical = due(priority=5), due(priority=9)
     dispatcher = loop()

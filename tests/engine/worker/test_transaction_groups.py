@@ -25,7 +25,7 @@ RECORDING = "tests.handlers.recording."
 @pytest.fixture(autouse=True)
 def groups_without_a_time_bound(settings):
     """A group ends at its count only: these handlers are slow on a loaded machine."""
-    settings.TEMPO = {**settings.TEMPO, "TRANSACTION_GROUP_MS": 60_000}
+    settings.TEMPO_TUNING = {"TRANSACTION_GROUP_MS": 60_000}
 
 
 def batch(*handlers: str) -> list[Job]:
