@@ -29,7 +29,7 @@ MODULES = os.environ["TEMPO_HANDLER_MODULES"] + ",tests.handlers.audience"
 def workers(db_url, broker_url, queue_name, tmp_path, sql, settings):
     settings.TEMPO_PLANNING = {
         "PHASE_STRATEGY": "golden",
-        "HORIZON_SECONDS": 30.0,  # one period at a time
+        "HORIZON_SECONDS": 5.0,  # one period at a time: the next starts 10 s after the first pass
         "LATE_GRACE_SECONDS": 900.0,
     }
     running = Cluster(
@@ -79,7 +79,9 @@ def settled(task, period: int) -> bool:
 def test_each_active_user_runs_once_per_period_and_task(workers, sql):
     first = User.objects.bulk_create(User(username=f"u{n}") for n in range(20))
     outside = User.objects.bulk_create(User(username=f"x{n}", is_active=False) for n in range(4))
-    epoch = timezone.now().replace(microsecond=0) + dt.timedelta(seconds=5)
+    # Period 0 began 50 s ago (the shortest period is a minute): its members whose
+    # phase passed run at once, within the late grace, and period 1 begins in 10 s.
+    epoch = timezone.now().replace(microsecond=0) - PERIOD + dt.timedelta(seconds=10)
     audience = {"audience": "auth.User", "audience_filter": {"is_active": True}}
     tasks = [
         recurring_task_create(
