@@ -11,45 +11,33 @@ is not a supported setting and its keys may change in any release.
 
 from __future__ import annotations
 
-# The rare poll a dispatcher makes with notifications on (docs/decisions/0006).
-POLL_INTERVAL_SECONDS = 240.0
-# How often a dispatcher reads the lock ring's members and rebalances partitions; a
-# member's death is heard at once, this only bounds a stall (docs/decisions/0005).
-COORDINATION_SECONDS = 2.0
-# An at-least-once job of a message of several has its start written only once it has
-# run this long: a shorter job's start and end are one update (docs/decisions/0007).
-# Shortened to half a claim's lifetime where that is less (the start is written while
-# the claim holds); 0: every start written before the handler runs.
-DEFERRED_START_SECONDS = 1.0
-# How often dispatchers look for worker processes whose liveness lock is gone, besides
-# being told by the worker watching it (docs/decisions/0012); 0: leases alone.
-WORKER_CHECK_SECONDS = 0.25
-# Most job ids in one broker message, and how many messages a due round is cut into so
-# that idle workers run it side by side (docs/decisions/0017).
-MAX_BATCH = 250
-FANOUT = 32
-# Claim only while fewer messages than this wait in a queue (docs/decisions/0017).
-MAX_QUEUED_MESSAGES = 64
-# A transactional group commits this many ms after its first job finished
-# (docs/decisions/0009).
-TRANSACTION_GROUP_MS = 50.0
-# The engine's own transitions commit asynchronously (docs/decisions/0011).
-ASYNC_COMMIT = True
-# Per-job statements prepared once a session; None: on unless DB_POOLER is set.
-PREPARED_STATEMENTS = None
-# Redis due index: a take not confirmed within this time is returned by any instance.
-INDEX_LEASE_SECONDS = 5.0
-
 TUNING_DEFAULTS: dict[str, object] = {
-    "POLL_INTERVAL_SECONDS": POLL_INTERVAL_SECONDS,
-    "COORDINATION_SECONDS": COORDINATION_SECONDS,
-    "DEFERRED_START_SECONDS": DEFERRED_START_SECONDS,
-    "WORKER_CHECK_SECONDS": WORKER_CHECK_SECONDS,
-    "MAX_BATCH": MAX_BATCH,
-    "FANOUT": FANOUT,
-    "MAX_QUEUED_MESSAGES": MAX_QUEUED_MESSAGES,
-    "TRANSACTION_GROUP_MS": TRANSACTION_GROUP_MS,
-    "ASYNC_COMMIT": ASYNC_COMMIT,
-    "PREPARED_STATEMENTS": PREPARED_STATEMENTS,
-    "INDEX_LEASE_SECONDS": INDEX_LEASE_SECONDS,
+    # The rare poll a dispatcher makes with notifications on (docs/decisions/0006).
+    "POLL_INTERVAL_SECONDS": 240.0,
+    # How often a dispatcher reads the lock ring's members and rebalances partitions; a
+    # member's death is heard at once, this only bounds a stall (docs/decisions/0005).
+    "COORDINATION_SECONDS": 2.0,
+    # A job of a message of several has its start written only once it has run this
+    # long: a shorter job's start and end are one update (docs/decisions/0007).
+    # Shortened to half a claim's lifetime where that is less (the start is written
+    # while the claim holds); 0: every start written before the handler runs.
+    "DEFERRED_START_SECONDS": 1.0,
+    # How often dispatchers look for worker processes whose liveness lock is gone,
+    # besides being told by the worker watching it (docs/decisions/0012); 0: leases alone.
+    "WORKER_CHECK_SECONDS": 0.25,
+    # Most job ids in one broker message, and how many messages a due round is cut into
+    # so that idle workers run it side by side (docs/decisions/0017).
+    "MAX_BATCH": 250,
+    "FANOUT": 32,
+    # Claim only while fewer messages than this wait in a queue (docs/decisions/0017).
+    "MAX_QUEUED_MESSAGES": 64,
+    # A transactional group commits this many ms after its first job finished
+    # (docs/decisions/0009).
+    "TRANSACTION_GROUP_MS": 50.0,
+    # The engine's own transitions commit asynchronously (docs/decisions/0011).
+    "ASYNC_COMMIT": True,
+    # Per-job statements prepared once a session; None: on unless DB_POOLER is set.
+    "PREPARED_STATEMENTS": None,
+    # Redis due index: a take not confirmed within this time is returned by any instance.
+    "INDEX_LEASE_SECONDS": 5.0,
 }
