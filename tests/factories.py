@@ -3,7 +3,7 @@ import datetime as dt
 import factory
 from django.utils import timezone
 
-from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.models import Job
 
 
 class JobFactory(factory.django.DjangoModelFactory):
@@ -11,8 +11,6 @@ class JobFactory(factory.django.DjangoModelFactory):
         model = Job
 
     handler = "tests.handlers.recording.record"
-    state = JobState.SCHEDULED
-    began = factory.LazyAttribute(lambda job: job.state == JobState.RUNNING)  # as a start does
     payload = factory.LazyFunction(dict)
     run_at = factory.LazyFunction(lambda: timezone.now() - dt.timedelta(milliseconds=10))
     retry_policy = factory.LazyFunction(lambda: {"delays": [1, 2, 5, 10, 20]})

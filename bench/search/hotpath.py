@@ -132,7 +132,7 @@ def run_variant(url: str, variant: str, jobs: int, batch: int) -> dict:
         with Phase(conn, jobs) as phases["success"]:
             for chunk in batches(leases, batch):
                 outcomes = [(job_id, token, None, None) for job_id, token in chunk]
-                conn.execute(sql.SUCCEED_RUNNING, sql.outcome_params(outcomes))
+                conn.execute(sql.SUCCEED_RUNNING, sql.outcome_params(outcomes, "w1"))
         done = conn.execute("SELECT count(*) FROM tasksapp_job WHERE state = 'succeeded'")
         trigram = conn.execute(
             "SELECT coalesce(sum(pg_relation_size(c.oid)), 0) FROM pg_class c "

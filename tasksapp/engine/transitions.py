@@ -192,9 +192,8 @@ def job_start(
 ) -> list[StartedJob]:
     """claimed → running for each (id, token) still holding its claim and due within
     START_LEAD_SECONDS. The handler must not begin before `StartedJob.begins_at`.
-    `defer_starts`: those not at-most-once stay claimed, their attempt counted and
-    `worker` named on the row, their start written later by `job_start_held` if they
-    still run, or only their end."""
+    `defer_starts`: those not at-most-once stay claimed, held by `worker` (its row
+    records them), their start written later by `job_start_held` or with their end."""
     if not claims:
         return []
     return job_store().start(
@@ -206,12 +205,19 @@ def job_start(
     )
 
 
-def job_start_held(*, began: Sequence[tuple[int, int, float | None]], ttl: float) -> Renewed:
+def job_start_held(
+    *, began: Sequence[tuple[int, int, float | None]], worker: str, ttl: float
+) -> Renewed:
     """The deferred starts of jobs (id, token, began_ms) still running: claimed →
     running, leased for `ttl` s; the answer names those an operator asked to cancel."""
     if not began:
         return Renewed(0, frozenset())
-    return job_store().start_held(began=began, ttl=ttl)
+    return job_store().start_held(began=began, worker=worker, ttl=ttl)
+
+
+def job_prune_held(*, worker: str) -> None:
+    """Forget the held jobs of `worker` that are no longer claimed."""
+    job_store().prune_held(worker=worker)
 
 
 def database_time() -> DatabaseTime:
@@ -220,14 +226,17 @@ def database_time() -> DatabaseTime:
     return job_store().database_time()
 
 
-def job_succeed(*, outcomes: Iterable[tuple[int, int, Any, float | None]]) -> set[int]:
+def job_succeed(
+    *, outcomes: Iterable[tuple[int, int, Any, float | None]], worker: str = ""
+) -> set[int]:
     """running → succeeded for each (id, token, result, began_ms) still holding its lease;
     began_ms, when the handler began (database time, ms), replaces the planned start. A
-    job whose start was deferred (still claimed) is ended in this one update."""
+    job whose start was deferred (still claimed) is started and ended in this one update,
+    `worker` recorded as the one that ran it."""
     outcomes = list(outcomes)
     if not outcomes:
         return set()
-    return job_store().succeed(outcomes=outcomes)
+    return job_store().succeed(outcomes=outcomes, worker=worker)
 
 
 def job_fail(

@@ -84,7 +84,7 @@ def test_a_claim_a_start_and_a_success_leave_the_row_as_it_was():
         leases = [(job_id, 1) for job_id in ids]  # the claim's token
         started = {**sql.fenced_params(leases), "worker": "w1", "ttl": 6, "lead": 1}
         cursor.execute(sql.START_CLAIMED, started)
-        outcomes = sql.outcome_params([(job_id, 1, None, None) for job_id in ids])
+        outcomes = sql.outcome_params([(job_id, 1, None, None) for job_id in ids], "w1")
         cursor.execute(sql.SUCCEED_RUNNING, outcomes)
     assert set(Job.objects.filter(id__in=ids).values_list("state", flat=True)) == {"succeeded"}
     assert versions(ids) == before

@@ -63,15 +63,6 @@ def running(store, job, ttl=5):
     return started
 
 
-def deferred(store, job):
-    """A claimed job whose start a worker deferred, as the row says it: `began`, the
-    worker named (the store without liveness locks never defers, so the row is written
-    here for both)."""
-    token = claimed(store, job).token
-    Job.objects.filter(id=job.id).update(began=True, claimed_by="w")
-    return token
-
-
 def expire(job):
     Job.objects.filter(id=job.id).update(lease_expires_at=timezone.now() - dt.timedelta(seconds=1))
 
@@ -166,20 +157,18 @@ def test_a_failure_appends_one_error_entry(store, state, retry_in):
     assert retried == (retry_in is not None)
 
 
-def test_a_deferred_start_written_later_needs_its_token_and_counts_the_attempt_once(store):
-    asked, other, unstarted = JobFactory(), JobFactory(), JobFactory()
-    tokens = {job.id: deferred(store, job) for job in (asked, other)}
-    never = store.start_held(began=[(unstarted.id, claimed(store, unstarted).token, None)], ttl=30)
-    assert never.count == 0  # its attempt never began: nothing to write
+def test_a_late_start_of_a_claimed_job_needs_its_token_and_counts_the_attempt_once(store):
+    asked, other = JobFactory(), JobFactory()
+    tokens = {job.id: claimed(store, job).token for job in (asked, other)}
     services.job_cancel(job_id=asked.id)
     began = other.run_at + dt.timedelta(milliseconds=2)
     late = [
         (asked.id, tokens[asked.id], None),
         (other.id, tokens[other.id], began.timestamp() * 1000),
     ]
-    stale = store.start_held(began=[(other.id, tokens[other.id] - 1, None)], ttl=30)
-    started = store.start_held(began=late, ttl=30)
-    again = store.start_held(began=late, ttl=30)
+    stale = store.start_held(began=[(other.id, tokens[other.id] - 1, None)], worker="w", ttl=30)
+    started = store.start_held(began=late, worker="w", ttl=30)
+    again = store.start_held(began=late, worker="w", ttl=30)
     assert (stale.count, started.count, again.count) == (0, 2, 0)
     assert started.cancel_requested == frozenset({asked.id})
     other.refresh_from_db()

@@ -16,6 +16,7 @@ from tasksapp.engine.transitions import (
     job_claim_due,
     job_fail,
     job_poll_due,
+    job_prune_held,
     job_reap_expired,
     job_release,
     job_renew,
@@ -226,75 +227,54 @@ def start_deferring(*jobs, worker="host:7"):
     return job_start(claims=claims, worker=worker, ttl=5, defer_starts=True), claims
 
 
-def test_a_deferred_start_marks_all_but_at_most_once_jobs_begun_and_starts_those(worker_row):
-    """A deferred job stays claimed, its claim's lease unchanged; its row alone says its
-    attempt began (`began`, the worker named). The claim counted the attempt."""
+def test_a_deferred_start_reads_all_but_at_most_once_jobs_and_starts_those(worker_row):
     deferred = [JobFactory(delivery="at_least_once"), JobFactory(delivery="transactional")]
     started = JobFactory(delivery="at_most_once")  # durable before its handler, as ever
-    leases = {}
-    for job in deferred:
-        claim_one(job)
-        leases[job.id] = Job.objects.get(id=job.id).lease_expires_at
-        Job.objects.filter(id=job.id).update(state=JobState.SCHEDULED)  # claimed again below
-    jobs, _ = start_deferring(*deferred, started)
+    jobs, claims = start_deferring(*deferred, started)
     by_id = {job.id: job for job in jobs}
     for job in deferred:
-        assert not by_id[job.id].start_written and by_id[job.id].attempt == 2
+        assert not by_id[job.id].start_written and by_id[job.id].attempt == 1
         job.refresh_from_db()
-        assert job.state == JobState.CLAIMED and job.attempts == 2 and job.began
-        assert job.claimed_by == "host:7" and job.started_at is None
-        assert job.lease_expires_at > leases[job.id]  # the second claim's, kept
+        assert job.state == JobState.CLAIMED and job.attempts == 0
     assert by_id[started.id].start_written and by_id[started.id].attempt == 1
     started.refresh_from_db()
-    assert started.state == JobState.RUNNING and started.attempts == 1 and started.began
-
-
-def test_a_claim_counts_the_attempt_and_gives_it_back_if_it_never_began():
-    """The claim's attempt is counted at once; an expired claim whose message no worker
-    started gives it back, where one that began (a failed run) keeps it."""
-    job = JobFactory(delivery="at_least_once", max_attempts=3)
-    token = claim_one(job).token
-    job.refresh_from_db()
-    assert (job.state, job.attempts, job.began) == (JobState.CLAIMED, 1, False)
-    [started] = job_start(claims=[(job.id, token)], worker="host:7", ttl=5)
-    assert started.attempt == 1  # the start counts nothing more
-    assert job_fail(job_id=job.id, token=token, error="boom", kind="x", retry_in=0)
-    claim_one(job)
-    job.refresh_from_db()
-    assert (job.state, job.attempts, job.began) == (JobState.CLAIMED, 2, False)
-    expire(job)
-    assert job_reap_expired(partitions=16, owned=ALL).count == 1
-    job.refresh_from_db()
-    assert job.state == JobState.SCHEDULED and job.attempts == 1  # the failed one only
-    assert len(job.errors) == 1
+    assert started.state == JobState.RUNNING and started.attempts == 1
+    worker_row.refresh_from_db()
+    assert worker_row.held == {str(job_id): token for job_id, token in claims}
 
 
 def test_a_deferred_job_is_started_and_ended_in_one_update(worker_row):
     job, still_running = JobFactory(delivery="at_least_once"), JobFactory(delivery="at_least_once")
     _, [(job_id, token), (other_id, other_token)] = start_deferring(job, still_running)
     began = job.run_at + dt.timedelta(milliseconds=2)
-    assert job_succeed(outcomes=[(job_id, token + 1, None, None)]) == set()
-    done = job_succeed(outcomes=[(job_id, token, 5, began.timestamp() * 1000)])
+    assert job_succeed(outcomes=[(job_id, token + 1, None, None)], worker="host:7") == set()
+    worker_row.refresh_from_db()
+    assert worker_row.held == {str(job_id): token, str(other_id): other_token}
+    done = job_succeed(outcomes=[(job_id, token, 5, began.timestamp() * 1000)], worker="host:7")
     assert done == {job_id}
     job.refresh_from_db()
     assert job.state == JobState.SUCCEEDED and job.attempts == 1 and job.result == 5
     assert job.claimed_by == "host:7" and abs(job.started_at - began) <= dt.timedelta(
         microseconds=1
     )
-    still_running.refresh_from_db()
-    assert still_running.state == JobState.CLAIMED and still_running.attempts == 1
+    worker_row.refresh_from_db()
+    assert worker_row.held == {str(other_id): other_token}  # the success left the record
+    job_succeed(outcomes=[(other_id, other_token, None, None)], worker="host:7")
+    job_prune_held(worker="host:7")
+    worker_row.refresh_from_db()
+    assert worker_row.held is None  # nothing claimed left to hold
 
 
 def test_a_deferred_start_written_later_counts_the_attempt_once(worker_row):
     job = JobFactory(delivery="at_least_once")
     _, [(job_id, token)] = start_deferring(job)
-    assert job_start_held(began=[(job_id, token - 1, None)], ttl=30).count == 0
-    assert job_start_held(began=[(job_id, token, None)], ttl=30).count == 1
-    assert job_start_held(began=[(job_id, token, None)], ttl=30).count == 0
+    assert job_start_held(began=[(job_id, token - 1, None)], worker="host:7", ttl=30).count == 0
+    assert job_start_held(began=[(job_id, token, None)], worker="host:7", ttl=30).count == 1
+    assert job_start_held(began=[(job_id, token, None)], worker="host:7", ttl=30).count == 0
     job.refresh_from_db()
     assert job.state == JobState.RUNNING and job.attempts == 1 and job.claimed_by == "host:7"
     assert job.lease_expires_at > timezone.now() + dt.timedelta(seconds=20)
-    assert job_succeed(outcomes=[(job_id, token, None, None)]) == {job_id}
+    assert job_succeed(outcomes=[(job_id, token, None, None)], worker="host:7") == {job_id}
     job.refresh_from_db()
     assert job.state == JobState.SUCCEEDED and job.attempts == 1
 

@@ -67,11 +67,6 @@ class Job(models.Model):
     # Fencing token: increases at every claim; every later transition must match it.
     lease_token = models.BigIntegerField(default=0)
     claimed_by = models.CharField(max_length=200, blank=True, default="")
-    # Whether the claim's attempt began: a worker started it, its start written (running)
-    # or deferred (still claimed). A claim counts the attempt and clears this; an attempt
-    # that never began is given back. Not indexed, so that a deferred start, which sets
-    # it, updates the row in place (HOT).
-    began = models.BooleanField(default=False, db_default=False)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
 
     last_error = models.TextField(blank=True, default="")

@@ -75,6 +75,13 @@ class WorkerProcess(models.Model):
     liveness_key = models.IntegerField(
         null=True, blank=True, help_text="Its liveness lock's key; empty: none held."
     )
+    # {job id: token} of the jobs it runs whose start is not written yet (never an
+    # at-most-once one; claimed, not running): a dispatcher that finds it dead counts
+    # their attempts and returns them at once. Entries of jobs that moved on are dropped
+    # at each heartbeat.
+    held = models.JSONField(
+        null=True, blank=True, help_text="Jobs it runs whose start is deferred: {id: token}."
+    )
 
     def __str__(self) -> str:
         return self.name

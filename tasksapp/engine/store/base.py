@@ -125,19 +125,25 @@ class JobStore(Protocol):
         defer_starts: bool = False,
     ) -> list[rows.StartedJob]:
         """claimed → running for each (id, token) due within `lead` s. With
-        `defer_starts`, all but the at-most-once jobs stay claimed (`start_written`
-        false), their rows marked as begun by `worker` (`started_at`, the attempt
-        counted); a store without liveness locks starts them all."""
+        `defer_starts`, all but the at-most-once jobs are only read (`start_written`
+        false) and recorded as held on the worker's row; a store without liveness locks
+        starts them all."""
         ...
 
     def start_held(
-        self, *, began: Sequence[tuple[int, int, float | None]], ttl: float
+        self, *, began: Sequence[tuple[int, int, float | None]], worker: str, ttl: float
     ) -> rows.Renewed:
         """The deferred starts of (id, token, began_ms) jobs still claimed: → running,
         with a run lease of `ttl` s; which of them an operator asked to cancel."""
         ...
 
-    def succeed(self, *, outcomes: Sequence[tuple[int, int, Any, float | None]]) -> set[int]:
+    def prune_held(self, *, worker: str) -> None:
+        """Drop from the worker's held jobs those no longer claimed."""
+        ...
+
+    def succeed(
+        self, *, outcomes: Sequence[tuple[int, int, Any, float | None]], worker: str = ""
+    ) -> set[int]:
         """running (or claimed, its start deferred: counted now) → succeeded for each
         (id, token, result, began_ms); the ids finished."""
         ...

@@ -196,6 +196,7 @@ class PostgresJobStore(InsertsBySource, OperatorTransitions):
             cursor.execute(sql.DEAD_WORKERS, params)
             dead = [name for (name,) in cursor.fetchall()]
             if dead:
+                cursor.execute(sql.EXPIRE_HELD_OF, {"workers": dead})
                 cursor.execute(sql.EXPIRE_LEASES_OF, {"workers": dead})
         return dead
 
@@ -234,10 +235,13 @@ class PostgresJobStore(InsertsBySource, OperatorTransitions):
         rows.sort(key=lambda row: sent_order[row[0]])
         return [_started(row, clock) for row in rows]
 
-    def start_held(self, *, began: Sequence[tuple[int, int, float | None]], ttl: float) -> Renewed:
+    def start_held(
+        self, *, began: Sequence[tuple[int, int, float | None]], worker: str, ttl: float
+    ) -> Renewed:
         params = {
             **sql.fenced_params(began),
             "began": Jsonb({str(job_id): ms for job_id, _, ms in began if ms is not None}),
+            "worker": worker,
             "ttl": ttl,
         }
         with _cursor() as cursor:
@@ -245,9 +249,15 @@ class PostgresJobStore(InsertsBySource, OperatorTransitions):
             rows = cursor.fetchall()
         return Renewed(len(rows), frozenset(job_id for job_id, cancel in rows if cancel))
 
-    def succeed(self, *, outcomes: Sequence[tuple[int, int, Any, float | None]]) -> set[int]:
+    def prune_held(self, *, worker: str) -> None:
+        with _cursor() as cursor:
+            cursor.execute(sql.PRUNE_HELD, {"worker": worker})
+
+    def succeed(
+        self, *, outcomes: Sequence[tuple[int, int, Any, float | None]], worker: str = ""
+    ) -> set[int]:
         with engine_cursor() as cursor:
-            cursor.execute(sql.SUCCEED_RUNNING, sql.outcome_params(outcomes))
+            cursor.execute(sql.SUCCEED_RUNNING, sql.outcome_params(outcomes, worker))
             return {job_id for (job_id,) in cursor.fetchall()}
 
     def fail(self, attempt: FailedAttempt) -> bool:

@@ -124,5 +124,5 @@ def run_transactional(
     with tempo_atomic():
         result = call(job, handler, began_ms, keeper)
         handler_returned()
-        if not job_succeed(outcomes=[(job.id, job.token, result, began_ms)]):
+        if not job_succeed(outcomes=[(job.id, job.token, result, began_ms)], worker=keeper.name):
             raise LeaseLost(job.id)

@@ -86,7 +86,7 @@ def execute_batch(
             else:
                 keeper.release(job.id, ended=COUNTED_AS[status])
         jobs = {job.id: job for job in started}
-        done = record_successes(finished_ok, jobs, within=keeper.ttl)
+        done = record_successes(finished_ok, jobs, worker=keeper.name, within=keeper.ttl)
         for job_id, *_ in finished_ok:
             keeper.release(job_id, ended="succeeded" if job_id in done else "failed")
     finally:

@@ -93,7 +93,7 @@ def run_group(first, take, keeper: LeaseKeeper, results: list) -> tuple | None:
                 closes = min(closes, time.monotonic() + settings.transaction_group_ms / 1000)
                 full = savepoints.made >= GROUP_JOBS
                 item = None if full or time.monotonic() >= closes else take()
-            _record_group_successes(members)
+            _record_group_successes(members, worker=keeper.name)
     except _GroupRefused as refused:
         log.warning("a group of %s jobs rolled back (%s)", len(members), refused)
         _run_alone(members, refused.lost, keeper, results)
@@ -188,15 +188,18 @@ def _settle_in_group(job: StartedJob, exc: BaseException, began_ms: float | None
         return RunOutcome.FAILED
 
 
-def _record_group_successes(members: list[tuple[int, StartedJob, RunOutcome, Any]]) -> None:
-    """The group's successes in one statement, fenced by each job's token."""
+def _record_group_successes(
+    members: list[tuple[int, StartedJob, RunOutcome, Any]], *, worker: str
+) -> None:
+    """The group's successes in one statement, fenced by each job's token; `worker`'s
+    record of the starts it deferred forgets them in the same statement."""
     outcomes = [
         outcome for *_, status, outcome in members if status is RunOutcome.SUCCESS_TO_RECORD
     ]
     if not outcomes:
         return
     try:
-        done = job_succeed(outcomes=outcomes)
+        done = job_succeed(outcomes=outcomes, worker=worker)
     except (DataError, IntegrityError) as exc:
         raise _GroupRefused(set()) from exc
     lost = {outcome[0] for outcome in outcomes} - done

@@ -24,6 +24,7 @@ from tasksapp.engine.models import WorkerProcess
 from tasksapp.engine.settings import tempo_settings
 from tasksapp.engine.transitions import (
     StartedJob,
+    job_prune_held,
     job_release,
     job_renew,
     job_start_held,
@@ -167,6 +168,9 @@ class LeaseKeeper:
         self._stopped = threading.Event()
         self._wake = threading.Event()  # a deferred start now due sooner than the next beat
         self._next_wake = float("inf")
+        # Whether this process's row may still record deferred starts (held jobs) that
+        # the next beat should prune: none deferred since the record was last emptied.
+        self._may_record_held = True  # a row left by an earlier process of this name
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
         self._thread.start()
         self._watchdog = threading.Thread(target=self._watch, name="time-limits", daemon=True)
@@ -200,6 +204,7 @@ class LeaseKeeper:
         with self._lock:
             self._held[job.id] = held
             if not job.start_written:
+                self._may_record_held = True
                 held.start_due = time.monotonic() + self.settings.deferred_start_seconds
                 wake = held.start_due < self._next_wake
                 self._next_wake = min(self._next_wake, held.start_due)
@@ -286,7 +291,7 @@ class LeaseKeeper:
         if not began:
             return
         try:
-            started = job_start_held(began=began, ttl=self.ttl)
+            started = job_start_held(began=began, worker=self.name, ttl=self.ttl)
         except Exception:
             with self._lock:  # tried again in a moment, while the claim holds
                 for held in due:
@@ -306,9 +311,20 @@ class LeaseKeeper:
             leases = [(i, h.job.token) for i, h in self._held.items() if h.renewable(now, stuck)]
             running, counts = len(self._held), dict(self._counts)
             self._counts = {"succeeded": 0, "failed": 0}
+            # The prune keeps the jobs still claimed, those whose start is still deferred:
+            # only their record is left for a later beat to prune.
+            prune = self._may_record_held and self.liveness is not None
+            if prune:
+                self._may_record_held = any(h.start_due is not None for h in self._held.values())
         slowest_ms = self.slowest.take()
         renewed = job_renew(leases=leases, ttl=self.ttl)
         self._signal_cancels(renewed.cancel_requested)
+        if prune:
+            try:
+                job_prune_held(worker=self.name)
+            except Exception:
+                self._may_record_held = True  # tried again at the next beat
+                raise
         updated = WorkerProcess.objects.filter(name=self.name).update(
             heartbeat_at=timezone.now(),
             running=running,
@@ -394,7 +410,7 @@ class LeaseKeeper:
         successes = [h.outcome for h in others if h.outcome is not None]
         unbegun = [(h.job.id, h.job.token) for h in others if h.phase is Phase.WAITING]
         if successes:
-            job_succeed(outcomes=successes)
+            job_succeed(outcomes=successes, worker=self.name)
         job_release(leases=unbegun)
         log.error(
             "worker process ends at a time limit (%d handed back, %d successes recorded)",

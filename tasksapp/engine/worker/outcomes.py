@@ -61,7 +61,7 @@ class RunOutcome(Enum):
     STOPPED = auto()  # cancelled or snoozed, as the handler (or an operator) asked
 
 
-def succeed_reconnecting(outcomes: list, *, within: float) -> set[int]:
+def succeed_reconnecting(outcomes: list, *, worker: str, within: float) -> set[int]:
     """job_succeed, tried again on a new connection while the database is away (a
     restart) for at most `within` seconds (the lease): handlers that ran are recorded as
     such, not left to expire into a re-run (at least once) or `lost` (at most once).
@@ -70,7 +70,7 @@ def succeed_reconnecting(outcomes: list, *, within: float) -> set[int]:
     deadline, pauses = time.monotonic() + within, iter(RECONNECT_PAUSES)
     while True:
         try:
-            return job_succeed(outcomes=outcomes)
+            return job_succeed(outcomes=outcomes, worker=worker)
         except (OperationalError, InterfaceError):
             pause = next(pauses, None)
             if pause is None or time.monotonic() + pause > deadline:
@@ -80,18 +80,20 @@ def succeed_reconnecting(outcomes: list, *, within: float) -> set[int]:
             time.sleep(pause)
 
 
-def record_successes(outcomes: list, jobs: dict[int, StartedJob], *, within: float) -> set[int]:
+def record_successes(
+    outcomes: list, jobs: dict[int, StartedJob], *, worker: str, within: float
+) -> set[int]:
     """The batch's successes in one statement; if the data of one of them is refused, each
     on its own, and the refused one fails (its outcome alone, never its neighbours')."""
     try:
-        return succeed_reconnecting(outcomes, within=within)
+        return succeed_reconnecting(outcomes, worker=worker, within=within)
     except (DataError, IntegrityError):
         log.warning("a batch's successes were refused as one; recording them one by one")
     done: set[int] = set()
     for outcome in outcomes:
         job = jobs[outcome[0]]
         try:
-            done |= job_succeed(outcomes=[outcome])
+            done |= job_succeed(outcomes=[outcome], worker=worker)
         except (DataError, IntegrityError) as exc:
             error = ERR_RESULT_NOT_STORED.format(reason=describe(exc))
             record_failure(job, error, kind="exception", began_ms=outcome[3])

@@ -154,29 +154,29 @@ def test_threads_asking_at_once_share_one_session_and_the_lock_stays_held(monkey
 
 
 def test_a_dead_workers_jobs_whose_start_it_deferred_count_their_attempt_and_end(locks):
-    """Jobs the worker began still `claimed` (their start deferred: `began`, the worker
-    named) have their leases ended; the reaper then fails the attempt each died in, as
-    its claim counted it. A claim no worker began is left to its lease."""
+    """Jobs the worker held still `claimed` (their start deferred) have their leases
+    ended; the reaper then fails the attempt each died in, counted."""
     lock = locks("host:111")
-    held, unbegun = (
+    held, moved_on = (
         JobFactory(
             state=JobState.CLAIMED,
-            claimed_by=owner,
-            began=began,
-            attempts=1,
-            lease_token=4,
+            claimed_by="d1",
+            lease_token=token,
             delivery="at_least_once",
             lease_expires_at=timezone.now() + FAR,
         )
-        for owner, began in (("host:111", True), ("d1", False))
+        for token in (4, 9)
+    )
+    WorkerProcess.objects.filter(name="host:111").update(
+        held={str(held.id): 4, str(moved_on.id): 8}  # moved_on: claimed again since
     )
     lock.close()
     wait_for(lambda: not lock_held("host:111"), timeout=5, message="the lock freed")
     assert job_expire_dead_workers(grace=0) == ["host:111"]
-    assert lease_ended(held) and not lease_ended(unbegun)
+    assert lease_ended(held) and not lease_ended(moved_on)
     assert job_reap_expired(partitions=16, owned=list(range(16))).count == 1
     held.refresh_from_db()
     assert held.state == JobState.FAILED and held.attempts == 1
     assert [(e["attempt"], e["kind"]) for e in held.errors] == [(1, "lease_expired")]
-    unbegun.refresh_from_db()
-    assert unbegun.state == JobState.CLAIMED and unbegun.attempts == 1
+    moved_on.refresh_from_db()
+    assert moved_on.state == JobState.CLAIMED and moved_on.attempts == 0

@@ -345,21 +345,36 @@ def test_successes_are_recorded_on_a_new_connection_after_the_database_came_back
     assert (job.state, job.attempts, len(failures)) == (JobState.SUCCEEDED, 1, 2)
 
 
-def test_a_batch_s_deferred_starts_live_on_the_job_rows_alone():
-    """A message of several jobs defers their starts: their rows say that their attempts
-    began, and each attempt is counted once, whether it succeeded or failed."""
+def test_a_beat_prunes_the_record_of_deferred_starts_only_while_there_may_be_one():
+    """A batch's deferred starts are recorded on the worker's row. Their successes take
+    them out of it at once; a job that failed stays in it until the next beat empties
+    the record, and later beats leave the row alone until some start is deferred again."""
+    from django.test.utils import CaptureQueriesContext
+
+    from tasksapp.engine.models import WorkerProcess
+
     keeper = executor.lease_keeper()
-    jobs = JobFactory.create_batch(2, delivery="at_least_once", handler=NOOP)
-    failing = JobFactory.create_batch(
-        2, delivery="at_least_once", handler="tests.handlers.recording.fail_until"
-    )
-    assert claim_and_run(*jobs) == 2 and claim_and_run(*failing) == 2
-    assert keeper.defers_starts()
-    for job in jobs + failing:
-        job.refresh_from_db()
-        assert job.attempts == 1 and job.started_at is not None
-    assert {job.state for job in jobs} == {JobState.SUCCEEDED}
-    assert {job.state for job in failing} == {JobState.FAILED}
+
+    def beat_prunes() -> bool:
+        with CaptureQueriesContext(connection) as queries:
+            keeper._renew_and_beat()
+        return any("SET held" in query["sql"] for query in queries)
+
+    def record():
+        return WorkerProcess.objects.get(name=keeper.name).held
+
+    def short_jobs(handler=NOOP):
+        return JobFactory.create_batch(2, delivery="at_least_once", handler=handler)
+
+    assert claim_and_run(*short_jobs()) == 2
+    assert keeper.defers_starts() and record() is None  # the successes left the record
+    failing = short_jobs("tests.handlers.recording.fail_until")
+    assert claim_and_run(*failing) == 2
+    assert set(record()) == {str(job.id) for job in failing}
+    assert beat_prunes() and record() is None
+    assert not beat_prunes()
+    assert claim_and_run(*short_jobs("tests.handlers.recording.fail_until")) == 2
+    assert beat_prunes() and record() is None
 
 
 def test_the_heartbeat_reports_the_slowest_handler_for_dispatchers_to_pack_messages():
