@@ -235,12 +235,32 @@ def test_a_deferred_start_reads_all_but_at_most_once_jobs_and_starts_those(worke
     for job in deferred:
         assert not by_id[job.id].start_written and by_id[job.id].attempt == 1
         job.refresh_from_db()
-        assert job.state == JobState.CLAIMED and job.attempts == 0
+        assert job.state == JobState.CLAIMED and job.attempts == 1  # counted by the claim
     assert by_id[started.id].start_written and by_id[started.id].attempt == 1
     started.refresh_from_db()
     assert started.state == JobState.RUNNING and started.attempts == 1
     worker_row.refresh_from_db()
     assert worker_row.held == {str(job_id): token for job_id, token in claims}
+
+
+def test_a_claim_counts_the_attempt_and_gives_it_back_if_it_never_began():
+    """The claim's attempt is counted at once; an expired claim whose message no worker
+    started gives it back, where one that began (a failed run) keeps it."""
+    job = JobFactory(delivery="at_least_once", max_attempts=3)
+    token = claim_one(job).token
+    job.refresh_from_db()
+    assert (job.state, job.attempts) == (JobState.CLAIMED, 1)
+    [started] = job_start(claims=[(job.id, token)], worker="host:7", ttl=5)
+    assert started.attempt == 1  # the start counts nothing more
+    assert job_fail(job_id=job.id, token=token, error="boom", kind="x", retry_in=0)
+    claim_one(job)
+    job.refresh_from_db()
+    assert (job.state, job.attempts) == (JobState.CLAIMED, 2)
+    expire(job)
+    assert job_reap_expired(partitions=16, owned=ALL).count == 1
+    job.refresh_from_db()
+    assert job.state == JobState.SCHEDULED and job.attempts == 1  # the failed one only
+    assert len(job.errors) == 1
 
 
 def test_a_deferred_job_is_started_and_ended_in_one_update(worker_row):

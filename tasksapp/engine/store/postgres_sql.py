@@ -42,22 +42,21 @@ LEASED = ", ".join(map(_literal, LEASED_STATES))  # the predicate of job_lease_i
 AT_MOST_ONCE = _literal(Delivery.AT_MOST_ONCE)
 AT_LEAST_ONCE = _literal(Delivery.AT_LEAST_ONCE)
 TRANSACTIONAL = _literal(Delivery.TRANSACTIONAL)
-# A job the worker holds but whose start is deferred is still `claimed`: its attempt is
-# the one after those counted; a running job's start counted it already.
-ATTEMPT = f"(j.attempts + (j.state = {CLAIMED})::int)"
+# A claim counts the job's attempt in `attempts` (an attempt that never began is given
+# back), so every statement reads the current attempt there, started or not.
 HELD = f"({CLAIMED}, {RUNNING})"  # a worker's job: started, or its start deferred
 
 # One more entry of a job's `errors` (aliased `j`), as the one-element array to append.
-ERROR_ENTRY = f"""jsonb_build_array(jsonb_build_object(
-    'attempt', {ATTEMPT}, 'at', clock_timestamp(), 'error', %(error)s, 'kind', %(kind)s))"""
+ERROR_ENTRY = """jsonb_build_array(jsonb_build_object(
+    'attempt', j.attempts, 'at', clock_timestamp(), 'error', %(error)s, 'kind', %(kind)s))"""
 # ... and a transactional run's lost with its worker (its attempt given back).
-LOST_RUN_ENTRY = f"""jsonb_build_array(jsonb_build_object(
-    'attempt', {ATTEMPT}, 'at', clock_timestamp(), 'error', %(lost_run_error)s,
+LOST_RUN_ENTRY = """jsonb_build_array(jsonb_build_object(
+    'attempt', j.attempts, 'at', clock_timestamp(), 'error', %(lost_run_error)s,
     'kind', %(lost_run_kind)s))"""
 # ... and a failed attempt's, with the handler's traceback when the worker sent one (a
 # key only then: no `null` in every other entry).
-TRACED_ERROR_ENTRY = f"""jsonb_build_array(jsonb_build_object(
-    'attempt', {ATTEMPT}, 'at', clock_timestamp(), 'error', %(error)s, 'kind', %(kind)s)
+TRACED_ERROR_ENTRY = """jsonb_build_array(jsonb_build_object(
+    'attempt', j.attempts, 'at', clock_timestamp(), 'error', %(error)s, 'kind', %(kind)s)
     || jsonb_strip_nulls(jsonb_build_object('traceback', %(traceback)s::text)))"""
 
 CLOCK_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::float8"
@@ -126,7 +125,7 @@ def outcome_params(outcomes, worker: str = "") -> dict:
 CLAIM_DUE = f"""
 UPDATE {JOB_TABLE} j
 SET state = {CLAIMED}, lease_token = j.lease_token + 1, claimed_by = %(owner)s,
-    claimed_at = clock_timestamp(),
+    claimed_at = clock_timestamp(), attempts = j.attempts + 1,
     lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
 WHERE j.id = ANY(%(ids)s::bigint[])
   AND (j.state IN ({DUE})) IS TRUE
@@ -191,7 +190,7 @@ WITH candidates AS (
 ), claimed AS (
     UPDATE {JOB_TABLE} j
     SET state = {CLAIMED}, lease_token = j.lease_token + 1, claimed_by = %(owner)s,
-        claimed_at = clock_timestamp(),
+        claimed_at = clock_timestamp(), attempts = j.attempts + 1,
         lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
     WHERE j.id = ANY(ARRAY(SELECT id FROM allowed)) AND (j.state IN ({DUE})) IS TRUE
     RETURNING j.id, j.lease_token AS token,
@@ -233,7 +232,7 @@ STARTED_OUTPUT = ",\n          ".join(
 )
 
 # What a start sets, and which claimed jobs of a message it may start.
-START_SET = f"""state = {RUNNING}, attempts = j.attempts + 1,
+START_SET = f"""state = {RUNNING},
     started_at = greatest(j.run_at, clock_timestamp()),
     claimed_by = %(worker)s,
     lease_expires_at = greatest(j.run_at, clock_timestamp()) + make_interval(secs => %(ttl)s)"""
@@ -277,7 +276,7 @@ WITH registered AS (
 )
 SELECT * FROM started
 UNION ALL
-SELECT {STARTED_OUTPUT.replace("j.attempts AS attempt", f"{ATTEMPT} AS attempt")}, false
+SELECT {STARTED_OUTPUT}, false
 FROM {JOB_TABLE} j
 WHERE {STARTABLE} AND {DEFERRABLE}
 """
@@ -287,7 +286,7 @@ WHERE {STARTABLE} AND {DEFERRABLE}
 # RENEW_RUNNING does.
 START_HELD = f"""
 UPDATE {JOB_TABLE} j
-SET state = {RUNNING}, attempts = j.attempts + 1,
+SET state = {RUNNING},
     started_at = coalesce(to_timestamp((%(began)s::jsonb ->> j.id::text)::float8 / 1000),
                           clock_timestamp()),
     claimed_by = %(worker)s,
@@ -321,7 +320,6 @@ SET state = {SUCCEEDED}, finished_at = clock_timestamp(),
     result = nullif({OUTCOME_OF_ROW} -> 2, 'null'::jsonb),
     started_at = coalesce(to_timestamp(({OUTCOME_OF_ROW} ->> 1)::float8 / 1000), j.started_at,
                           clock_timestamp()),
-    attempts = {ATTEMPT},
     claimed_by = CASE WHEN j.state = {CLAIMED} THEN coalesce(nullif(%(worker)s, ''), j.claimed_by)
                       ELSE j.claimed_by END,
     lease_expires_at = NULL
@@ -347,7 +345,7 @@ SET state = %(state)s,
     finished_at = clock_timestamp(), last_error = %(error)s, claimed_by = '',
     started_at = coalesce(to_timestamp(%(began_ms)s::float8 / 1000), started_at,
                           clock_timestamp()),
-    attempts = {ATTEMPT}, lease_expires_at = NULL,
+    lease_expires_at = NULL,
     errors = j.errors || {TRACED_ERROR_ENTRY}
 WHERE id = %(id)s AND lease_token = %(token)s AND state IN {HELD}
 RETURNING id
@@ -358,7 +356,7 @@ RETURNING id
 # announces it). Used by a worker process that must end before it could run them.
 RELEASE_RUNNING = f"""
 UPDATE {JOB_TABLE} j
-SET state = {SCHEDULED}, attempts = greatest({ATTEMPT} - 1, 0), claimed_by = '',
+SET state = {SCHEDULED}, attempts = greatest(j.attempts - 1, 0), claimed_by = '',
     started_at = NULL, lease_expires_at = NULL
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.lease_token = {TOKEN_OF_ROW}
   AND (j.state IN {HELD}) IS TRUE
@@ -380,7 +378,7 @@ CANCEL_RUNNING = f"""
 UPDATE {JOB_TABLE} j
 SET state = {CANCELLED}, finished_at = clock_timestamp(), claimed_by = '',
     started_at = coalesce(to_timestamp(%(began_ms)s::float8 / 1000), started_at),
-    attempts = {ATTEMPT}, lease_expires_at = NULL,
+    lease_expires_at = NULL,
     history = CASE WHEN %(reason)s::text IS NULL THEN j.history
                    ELSE coalesce(j.history, '[]'::jsonb) || jsonb_build_array(
                        jsonb_build_object('event', 'cancelled', 'at', clock_timestamp(),
@@ -394,10 +392,10 @@ RETURNING id
 SNOOZE_RUNNING = f"""
 UPDATE {JOB_TABLE} j
 SET state = {SCHEDULED}, run_at = clock_timestamp() + make_interval(secs => %(delay)s),
-    attempts = greatest({ATTEMPT} - 1, 0), claimed_by = '', started_at = NULL,
+    attempts = greatest(j.attempts - 1, 0), claimed_by = '', started_at = NULL,
     lease_expires_at = NULL,
     history = coalesce(j.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
-        'event', 'snoozed', 'at', clock_timestamp(), 'attempt', {ATTEMPT},
+        'event', 'snoozed', 'at', clock_timestamp(), 'attempt', j.attempts,
         'seconds', %(delay)s::float8))
 WHERE id = %(id)s AND lease_token = %(token)s AND state IN {HELD}
 RETURNING id
@@ -406,7 +404,8 @@ RETURNING id
 # Expired leases in the owned partitions: a claimed job whose message may still wait in
 # the broker (`waiting`, as the dispatcher knows it: tasksapp/engine/dispatcher/inflight.py)
 # keeps its claim and token, its lease renewed; a claimed job whose message no worker read
-# goes back to `scheduled` (the message was lost); a running job, or a claimed one a worker
+# goes back to `scheduled` (the message was lost), the attempt its claim counted given
+# back; a running job, or a claimed one a worker
 # holds with its start deferred (its row's `held` has the token), is handled per delivery
 # mode, its attempt counted — except a transactional run, which committed nothing: it is
 # due again at once with its attempt given back, a `lost_run` entry recorded, while it has
@@ -442,12 +441,13 @@ WITH expired AS (
     SET state = CASE WHEN j.cancel_requested_at IS NOT NULL THEN {CANCELLED}
                      WHEN NOT e.began OR e.rerun THEN {SCHEDULED}
                      WHEN j.delivery = {AT_MOST_ONCE} THEN {LOST}
-                     WHEN {ATTEMPT} >= j.max_attempts THEN {DEAD}
+                     WHEN j.attempts >= j.max_attempts THEN {DEAD}
                      ELSE {FAILED} END,
-        attempts = CASE WHEN e.rerun THEN greatest({ATTEMPT} - 1, 0)
-                        WHEN e.began THEN {ATTEMPT} ELSE j.attempts END,
+        -- the claim counted the attempt: given back if it never began, or runs again
+        attempts = CASE WHEN e.rerun OR NOT e.began THEN greatest(j.attempts - 1, 0)
+                        ELSE j.attempts END,
         run_at = CASE WHEN e.rerun OR e.began AND j.delivery <> {AT_MOST_ONCE}
-                           AND {ATTEMPT} < j.max_attempts AND j.cancel_requested_at IS NULL
+                           AND j.attempts < j.max_attempts AND j.cancel_requested_at IS NULL
                       THEN clock_timestamp()  -- a retry or a lost run again, due now
                       ELSE j.run_at END,  -- claimed again, lost or dead: as it was
         started_at = CASE WHEN e.rerun THEN NULL ELSE j.started_at END,

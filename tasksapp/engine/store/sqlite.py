@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db.models import F, Q
-from django.db.models.functions import Mod
+from django.db.models.functions import Greatest, Mod
 from django.utils import timezone
 
 from tasksapp.engine.db import tempo_atomic
@@ -139,6 +139,7 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
                 lease_token=F("lease_token") + 1,
                 claimed_by=owner,
                 claimed_at=now,
+                attempts=F("attempts") + 1,  # given back if the attempt never begins
                 lease_expires_at=now + _secs(ttl),
             )
         return [Claim(row.id, row.lease_token + 1, ms_exact(row.run_at), row.queue) for row in won]
@@ -218,9 +219,16 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
         with tempo_atomic():
             now = timezone.now()
             expired = scope.filter(lease_expires_at__lt=now)
+            # No start is deferred here: an expired claim never began, and the attempt its
+            # claim counted is given back.
+            given_back = Greatest(F("attempts") - 1, 0)
             asked = expired.filter(state=JobState.CLAIMED, cancel_requested_at__isnull=False)
             count = asked.update(
-                state=JobState.CANCELLED, finished_at=now, claimed_by="", lease_expires_at=None
+                state=JobState.CANCELLED,
+                finished_at=now,
+                attempts=given_back,
+                claimed_by="",
+                lease_expires_at=None,
             )
             # Claims whose messages may still wait in the broker keep their claim.
             for chunk in _chunks(list(waiting), SQLITE_MAX_PARAMS):
@@ -229,7 +237,7 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
                 )
             expired_ids = list(expired.values_list("id", flat=True))
             count += expired.filter(state=JobState.CLAIMED).update(
-                state=JobState.SCHEDULED, claimed_by="", lease_expires_at=None
+                state=JobState.SCHEDULED, attempts=given_back, claimed_by="", lease_expires_at=None
             )
             for job in expired.filter(state=JobState.RUNNING):
                 if _runs_again_uncounted(job):
@@ -306,7 +314,6 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
                 begins = max(run_at, now)
                 if claimed.update(
                     state=JobState.RUNNING,
-                    attempts=F("attempts") + 1,
                     started_at=begins,
                     claimed_by=worker,
                     lease_expires_at=begins + _secs(ttl),
@@ -325,7 +332,6 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
                 claimed = Job.objects.filter(id=job_id, lease_token=token, state=JobState.CLAIMED)
                 if not claimed.update(
                     state=JobState.RUNNING,
-                    attempts=F("attempts") + 1,
                     started_at=now if began_ms is None else from_ms(began_ms),
                     claimed_by=worker,
                     lease_expires_at=now + _secs(ttl),

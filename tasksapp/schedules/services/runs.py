@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tasksapp.engine.models import Job, JobState
-from tasksapp.engine.models.jobs import FINAL_STATES
+from tasksapp.engine.models.jobs import DUE_STATES, FINAL_STATES
 from tasksapp.engine.services import job_cancel
 from tasksapp.schedules.models import GUARD_HANDLER, Overlap, RunOutcome, ScheduleRun
 from tasksapp.schedules.settings import schedule_settings
@@ -84,7 +84,8 @@ def _skips_itself(
     decided at that instant is the one its start decides."""
     payload = job.payload if isinstance(job.payload, dict) else {}
     catchup = payload.get("catchup") if job.handler == GUARD_HANDLER else None
-    attempt = job.attempts + (job.state != JobState.RUNNING)
+    # The attempt its start runs: a claim counted it already; a due job's is the next.
+    attempt = job.attempts + (job.state in DUE_STATES)
     if not late_check_applies(catchup=catchup, attempt=attempt, **_recorded(run)):
         return False
     starts = now if job.state == JobState.SCHEDULED else job.claimed_at or now

@@ -161,6 +161,7 @@ def test_a_dead_workers_jobs_whose_start_it_deferred_count_their_attempt_and_end
         JobFactory(
             state=JobState.CLAIMED,
             claimed_by="d1",
+            attempts=1,  # as their claims counted them
             lease_token=token,
             delivery="at_least_once",
             lease_expires_at=timezone.now() + FAR,
@@ -179,4 +180,4 @@ def test_a_dead_workers_jobs_whose_start_it_deferred_count_their_attempt_and_end
     assert held.state == JobState.FAILED and held.attempts == 1
     assert [(e["attempt"], e["kind"]) for e in held.errors] == [(1, "lease_expired")]
     moved_on.refresh_from_db()
-    assert moved_on.state == JobState.CLAIMED and moved_on.attempts == 0
+    assert moved_on.state == JobState.CLAIMED and moved_on.attempts == 1
