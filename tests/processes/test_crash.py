@@ -253,6 +253,7 @@ def test_a_duplicated_message_does_not_start_a_job_twice(cluster, sql):
     (job_id,) = sql.execute("SELECT id FROM tasksapp_job").fetchone()
     token, run_at_ms = sql.execute(
         "UPDATE tasksapp_job SET state = 'claimed', lease_token = lease_token + 1,"
+        " attempts = attempts + 1,"  # as a claim counts it
         " lease_expires_at = clock_timestamp() + interval '30 seconds'"
         " RETURNING lease_token, floor(extract(epoch FROM run_at) * 1000)::bigint"
     ).fetchone()
