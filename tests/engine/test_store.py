@@ -264,8 +264,10 @@ def test_the_reaper_returns_a_claimed_job_and_reports_the_next_expiry(store):
     waiting.refresh_from_db()
     assert reaped.count == 1
     assert abs(reaped.next_expiry_ms - waiting.lease_expires_at.timestamp() * 1000) <= 1
+    assert waiting.attempts == 1  # counted by its claim
     lost.refresh_from_db()
     assert lost.state == JobState.SCHEDULED and lost.errors == [] and lost.last_error == ""
+    assert lost.attempts == 0  # its claim's attempt never began: given back
     # Due again at once, with what a dispatcher needs to hold it, in both stores.
     assert reaped.due == [[lost.id, ms_whole(lost.run_at), lost.priority, lost.queue]]
 
