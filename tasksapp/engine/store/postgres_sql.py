@@ -405,14 +405,12 @@ RETURNING id
 # the broker (`waiting`, as the dispatcher knows it: tasksapp/engine/dispatcher/inflight.py)
 # keeps its claim and token, its lease renewed; a claimed job whose message no worker read
 # goes back to `scheduled` (the message was lost), the attempt its claim counted given
-# back; a running job, or a claimed one a worker
-# holds with its start deferred (its row's `held` has the token), is handled per delivery
-# mode, its attempt counted — except a transactional run, which committed nothing: it is
-# due again at once with its attempt given back, a `lost_run` entry recorded, while it has
-# fewer than FREE_LOST_RUNS such entries; a job an operator asked to cancel ends
-# cancelled. Returns how
-# many were reaped, those of them due again at once, and when the next lease in these
-# partitions expires.
+# back; a running job, or a claimed one a worker holds with its start deferred (its row's
+# `held` has the token), is handled per delivery mode, its attempt counted — except a
+# transactional run, which committed nothing: it is due again at once with its attempt
+# given back, a `lost_run` entry recorded, while it has fewer than FREE_LOST_RUNS such
+# entries; a job an operator asked to cancel ends cancelled. Returns how many were reaped,
+# those of them due again at once, and when the next lease in these partitions expires.
 # A leased job (aliased `x`) whose attempt began: running, or its start deferred by a
 # worker (that worker's row holds its token).
 BEGAN = f"""(x.state = {RUNNING} OR EXISTS (SELECT 1 FROM tasksapp_workerprocess w
