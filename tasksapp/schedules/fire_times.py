@@ -36,6 +36,8 @@ ERR_ZONE = "timezone must be an IANA zone name such as 'Europe/Berlin' (got {zon
 UTC = dt.UTC
 _SECOND = dt.timedelta(seconds=1)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
+# No schedule fires later: past it, some zones' wall clocks would be beyond year 9999.
+LAST_FIRE = dt.datetime.max.replace(tzinfo=UTC) - dt.timedelta(days=1)
 # The zones accepted: IANA names the system's database knows (read once).
 _ZONES: frozenset[str] | None = None
 
@@ -108,8 +110,7 @@ class FireRule:
         """Fire times t, after < t <= until, ascending, in UTC."""
         if self.start_at is not None and self.start_at > after:
             after = self.start_at - dt.timedelta(microseconds=1)
-        if self.end_at is not None and self.end_at < until:
-            until = self.end_at
+        until = min(until, self.end_at or LAST_FIRE, LAST_FIRE)
         if until <= after:
             return
         source = self._interval(after) if self.every is not None else self._cron(after)
@@ -122,7 +123,11 @@ class FireRule:
         step = self.every
         k = 0 if after < self.first else (after - self.first) // step + 1
         while True:
-            yield self.first + k * step
+            try:
+                fire = self.first + k * step
+            except OverflowError:
+                return  # past year 9999: no later fire
+            yield fire
             k += 1
 
     def _cron(self, after: dt.datetime) -> Iterator[dt.datetime]:
@@ -131,7 +136,10 @@ class FireRule:
         walls.set_current(wall, force=True)
         last = after
         while True:
-            fire = wall_instant(walls.get_next(dt.datetime), self.zone)
+            try:
+                fire = wall_instant(walls.get_next(dt.datetime), self.zone)
+            except (OverflowError, ValueError):  # croniter: "year 10000 is out of range"
+                return
             # A wall time in the second pass of a repeated hour maps to its first
             # occurrence, already past; a skipped hour's wall times map to one instant.
             if fire > last:

@@ -139,6 +139,20 @@ def test_start_and_end_bound_the_fires_inclusively():
     assert fires(rule, utc(2026, 1, 1), utc(2026, 1, 2)) == [utc(2026, 1, 1, h) for h in (3, 4, 5)]
 
 
+@pytest.mark.parametrize("every", [None, dt.timedelta(days=366)])
+def test_no_fire_is_past_year_9999_in_any_zone(every):
+    rule = FireRule(
+        cron="" if every else "0 0 1 1 *",
+        every=every,
+        zone=ZoneInfo("Pacific/Kiritimati"),
+        first=utc(9990, 1, 1),
+    )
+    end = dt.datetime.max.replace(tzinfo=UTC)
+    found = fires(rule, utc(9990, 1, 2), end)
+    assert found and found[-1] < end - dt.timedelta(days=1)
+    assert [f.astimezone(rule.zone).year for f in found][-1] == 9999
+
+
 # --- intervals: elapsed time, never wall time -----------------------------------------
 
 

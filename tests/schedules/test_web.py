@@ -47,6 +47,11 @@ def test_api_create_read_and_list(operator_api, viewer_api):
         ({"cron": "", "every_seconds": 0.5}, "every_seconds", "every must be a timedelta"),
         ({"every_seconds": 60}, "non_field_errors", "give exactly one of cron"),
         ({"catchup_window_seconds": 86400 * 8}, "catchup_window_seconds", "catchup_window must"),
+        # seconds past a timedelta's range: the same refusal as any too long
+        ({"cron": "", "every_seconds": 1e300}, "every_seconds", "every must be a timedelta"),
+        ({"cron": "", "every_seconds": -1e300}, "every_seconds", "every must be a timedelta"),
+        ({"jitter_seconds": 1e300}, "jitter_seconds", "jitter must be a timedelta"),
+        ({"catchup_window_seconds": 1e300}, "catchup_window_seconds", "catchup_window must"),
     ],
 )
 def test_api_refuses_bad_input_naming_the_field(operator_api, body, field, message):
@@ -54,6 +59,18 @@ def test_api_refuses_bad_input_naming_the_field(operator_api, body, field, messa
     assert response.status_code == 400
     assert response.json()[field][0].startswith(message)
     assert not Schedule.objects.exists() and not audit("schedule_create")
+
+
+def test_api_shows_a_schedule_that_starts_in_year_9999_with_no_fire_to_come(operator_api):
+    body = {**BODY, "start_at": "9999-12-31T23:59:59Z"}
+    response = operator_api.post("/api/schedules/", body, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["next_fires"] == []
+    schedule_id = response.json()["id"]
+    edited = operator_api.patch(
+        f"/api/schedules/{schedule_id}/", {"cron": "", "every_seconds": 86400 * 366}, format="json"
+    )
+    assert edited.status_code == 200 and edited.json()["next_fires"] == []
 
 
 def test_api_edit_pause_resume_run_now_delete_are_audited(operator_api):
@@ -250,6 +267,7 @@ def test_dashboard_form_creates_a_schedule_through_the_audited_service(operator_
         ),
         ({"catchup": "sometimes"}, "catchup", "Select a valid choice"),
         ({"catchup_window_seconds": str(86400 * 8)}, "catchup_window_seconds", "catchup_window"),
+        ({"jitter_seconds": "1e300"}, "jitter_seconds", "jitter must be a timedelta"),
         ({"priority": "12"}, "priority", "priority must be an integer from 0"),
         ({"queue": "Bad Queue"}, "queue", "queue must be 1-64 characters"),
         ({"time_limit": "-1"}, "time_limit", "time_limit must be a positive number"),

@@ -14,6 +14,7 @@ from .planner import (
 from .runs import OverlapDecision, schedule_overlap_check
 from .schedules import (
     EDITABLE,
+    duration_of,
     schedule_create,
     schedule_delete,
     schedule_pause,
@@ -28,6 +29,7 @@ __all__ = [
     "OverlapDecision",
     "PlanSummary",
     "ScheduleInputError",
+    "duration_of",
     "fire_job_key",
     "schedule_create",
     "schedule_delete",

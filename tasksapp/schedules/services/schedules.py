@@ -94,6 +94,18 @@ def _when(field: str, value: Any) -> dt.datetime | None:
     return value
 
 
+def duration_of(seconds: float | None) -> dt.timedelta | None:
+    """Seconds given by a user, as the services take a duration. Beyond a timedelta's
+    range (a billion days) it is that range's end, which each duration's check refuses
+    with its own field's message."""
+    if seconds is None:
+        return None
+    try:
+        return dt.timedelta(seconds=seconds)
+    except OverflowError:
+        return dt.timedelta.max if seconds > 0 else dt.timedelta.min
+
+
 def _duration(value: Any, low: dt.timedelta, high: dt.timedelta, message: str) -> dt.timedelta:
     if not isinstance(value, dt.timedelta) or not low <= value <= high:
         raise ScheduleInputError(message)

@@ -5,7 +5,6 @@ schedule a 404."""
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from typing import Any
 
@@ -25,7 +24,7 @@ from tasksapp.schedules.selectors import (
     schedule_next_fires,
     schedule_runs,
 )
-from tasksapp.schedules.services import ScheduleInputError
+from tasksapp.schedules.services import ScheduleInputError, duration_of
 from tasksapp.web.api.serializers import JobOptionsSerializer
 from tasksapp.web.api.views import TempoApiView
 from tasksapp.web.models import OperatorAction
@@ -71,8 +70,7 @@ class ScheduleWriteSerializer(JobOptionsSerializer):
         data = dict(self.validated_data)
         for name, field in SECONDS_FIELDS.items():
             if field in data:
-                seconds = data.pop(field)
-                data[name] = None if seconds is None else dt.timedelta(seconds=seconds)
+                data[name] = duration_of(data.pop(field))
         return data
 
 

@@ -34,7 +34,7 @@ from tasksapp.schedules.selectors import (
     schedule_next_fires,
     schedule_runs,
 )
-from tasksapp.schedules.services import ScheduleInputError
+from tasksapp.schedules.services import ScheduleInputError, duration_of
 from tasksapp.web.dashboard.access import (
     REASONS,
     SAFE_METHODS,
@@ -199,8 +199,7 @@ class ScheduleForm(forms.Form):
         """The fields as the schedule services take them."""
         data = dict(self.cleaned_data)
         for field, name in SECONDS.items():
-            seconds = data.pop(field)
-            data[name] = None if seconds is None else dt.timedelta(seconds=seconds)
+            data[name] = duration_of(data.pop(field))
         data["cron"] = data["cron"].strip()
         data["payload"] = {} if data["payload"] is None else data["payload"]
         return data
