@@ -5,7 +5,6 @@ outside it never run, and a user in two tasks never runs for both at the same in
 
 import datetime as dt
 import os
-import time
 from collections import Counter
 
 import pytest
@@ -29,7 +28,7 @@ MODULES = os.environ["TEMPO_HANDLER_MODULES"] + ",tests.handlers.audience"
 def workers(db_url, broker_url, queue_name, tmp_path, sql, settings):
     settings.TEMPO_PLANNING = {
         "PHASE_STRATEGY": "golden",
-        "HORIZON_SECONDS": 5.0,  # one period at a time: the next starts 10 s after the first pass
+        "HORIZON_SECONDS": 5.0,  # one period at a time: each pass is 10 s before the next
         "LATE_GRACE_SECONDS": 900.0,
     }
     running = Cluster(
@@ -48,10 +47,6 @@ def workers(db_url, broker_url, queue_name, tmp_path, sql, settings):
     )
     yield running
     running.stop()
-
-
-def wait_until(when: dt.datetime) -> None:
-    time.sleep(max(0.0, (when - timezone.now()).total_seconds()))
 
 
 MEMBER_USER: dict[int, str] = {}  # kept as seen: a deleted user's member is deleted too
@@ -79,9 +74,12 @@ def settled(task, period: int) -> bool:
 def test_each_active_user_runs_once_per_period_and_task(workers, sql):
     first = User.objects.bulk_create(User(username=f"u{n}") for n in range(20))
     outside = User.objects.bulk_create(User(username=f"x{n}", is_active=False) for n in range(4))
-    # Period 0 began 50 s ago (the shortest period is a minute): its members whose
-    # phase passed run at once, within the late grace, and period 1 begins in 10 s.
-    epoch = timezone.now().replace(microsecond=0) - PERIOD + dt.timedelta(seconds=10)
+    # Both periods (the shortest is a minute) lie in the past, each planned as if 50 s into
+    # it (the planner's `now`): the period after it begins 10 s later, beyond the planning
+    # horizon, and every run is due at once, within the late grace. Periods 0 and 1 end 65
+    # and 5 s ago.
+    epoch = timezone.now().replace(microsecond=0) - 2 * PERIOD - dt.timedelta(seconds=5)
+    into = dt.timedelta(seconds=50)
     audience = {"audience": "auth.User", "audience_filter": {"is_active": True}}
     tasks = [
         recurring_task_create(
@@ -89,8 +87,7 @@ def test_each_active_user_runs_once_per_period_and_task(workers, sql):
         )
         for name in ("sync", "report")
     ]
-    plan_due_slices()  # period 0, after the pass brought the 20 users in
-    wait_until(epoch + PERIOD)
+    plan_due_slices(now=epoch + into)  # period 0, after the pass brought the 20 users in
     for task in tasks:
         wait_for(lambda t=task: settled(t, 0), timeout=30, message=f"{task.name}: period 0")
         assert runs(sql, task, 0) == Counter({u.pk: 1 for u in first})
@@ -102,8 +99,7 @@ def test_each_active_user_runs_once_per_period_and_task(workers, sql):
     User.objects.filter(pk__in=[u.pk for u in deleted]).delete()
     active = first[8:] + joined
 
-    plan_due_slices()  # period 1, after the pass
-    wait_until(epoch + 2 * PERIOD)
+    plan_due_slices(now=epoch + PERIOD + into)  # period 1, after the pass
     for task in tasks:
         wait_for(lambda t=task: settled(t, 1), timeout=30, message=f"{task.name}: period 1")
         assert runs(sql, task, 1) == Counter({u.pk: 1 for u in active})
