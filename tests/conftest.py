@@ -167,6 +167,7 @@ GROUPS_BY_PATH = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups to schedule
 def pytest_collection_modifyitems(config, items):
     root = f"{config.rootpath}/"
     for item in items:

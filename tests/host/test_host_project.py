@@ -248,10 +248,10 @@ def wait_for_line(log: Path, text: str, process: subprocess.Popen) -> None:
 
 
 @pytest.fixture(params=["tempo's celery app", "the project's celery app"])
-def host(request, tmp_path, wheel):
-    broker = os.environ.get("CELERY_BROKER_URL", "")
-    if not broker.startswith("redis://"):
-        pytest.skip("needs Redis (CELERY_BROKER_URL)")
+def host(request, tmp_path, wheel, private_redis):
+    # A broker of its own: the two variants may run at once on two pytest workers, and on
+    # one broker each one's workers would take the other's messages (the same queues).
+    broker = private_redis.url
     db = database()
     with server(db) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{db["NAME"]}" WITH (FORCE)')
