@@ -28,6 +28,47 @@ os.environ.setdefault(
 # What migrations made and no test changes: kept, so the post_migrate signal after each
 # flush (its only receivers make content types and permissions) has nothing to make.
 KEPT_TABLES = {"django_content_type", "auth_permission"}
+# The beat entries the migrations install (planner, retention, alerts, ...), as migrated:
+# put back after each flush, so that a test reading them passes on a pytest worker that
+# ran a transactional test before it (xdist runs the groups below out of pytest-django's
+# order: transactional tests last).
+BEAT_MODELS = (
+    "IntervalSchedule",
+    "CrontabSchedule",
+    "SolarSchedule",
+    "ClockedSchedule",
+    "PeriodicTask",
+    "PeriodicTasks",
+)
+MIGRATED_BEAT: dict[str, str] = {}  # database alias: its beat rows, serialized
+
+
+def _beat_rows(alias: str) -> list:
+    from django.apps import apps
+
+    models = [apps.get_model("django_celery_beat", name) for name in BEAT_MODELS]
+    return [row for model in models for row in model.objects.using(alias).order_by("pk")]
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """The test databases, migrated; their beat entries kept as MIGRATED_BEAT."""
+    from django.core import serializers
+    from django.db import router
+    from django_celery_beat.models import PeriodicTask
+
+    alias = router.db_for_write(PeriodicTask)
+    with django_db_blocker.unblock():
+        MIGRATED_BEAT[alias] = serializers.serialize("json", _beat_rows(alias))
+
+
+def _migrated_beat_back(verbosity=0, interactive=False, database="default", **kwargs) -> None:
+    """In place of post_migrate after a flush: the migrations' beat entries back."""
+    from django.core import serializers
+
+    if database in MIGRATED_BEAT:
+        for row in serializers.deserialize("json", MIGRATED_BEAT[database], using=database):
+            row.save(using=database)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -53,7 +94,10 @@ def _flush_by_delete():
 
     with (
         mock.patch.object(DatabaseOperations, "sql_flush", sql_flush),
-        mock.patch("django.core.management.commands.flush.emit_post_migrate_signal"),
+        mock.patch(
+            "django.core.management.commands.flush.emit_post_migrate_signal",
+            _migrated_beat_back,
+        ),
     ):
         yield
 
