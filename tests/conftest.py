@@ -200,15 +200,27 @@ def effects(db) -> Effects:
 
 # Run with xdist (`-n 2 --dist loadgroup`, as bin/test does), the tests that start real
 # processes go to one worker, one after another: each measures bounds in seconds and
-# must not share two cores with another such test. The multi-host tests are a group of
-# their own, beside them: they run on servers of their own, with bounds of several
-# seconds. The browser tests are one group too (their module's browser is started once).
-# Every other test runs on any worker.
+# must not share two cores with another such test. Those whose bounds are about what ran
+# (each job once, nothing lost), not how soon, and whose processes are no cluster's
+# (the embedded run, a host project, the graph and retention runs) are a second such
+# lane, beside the first: about a quarter of the process tests' time, taken off the
+# suite's longest path. The multi-host tests are a group of their own, beside them: they
+# run on servers of their own, with bounds of several seconds. The browser tests are one
+# group too (their module's browser is started once). Every other test runs on any worker.
 GROUPS_BY_PATH = {
     "tests/processes/": "processes",
     "tests/cluster/": "rig",
     "tests/e2e/": "browser",
 }
+BESIDE_LANE = (
+    "tests/host/",
+    "tests/test_run_overload.py",
+    "tests/test_run_smoke.py",
+    "tests/graphs/",
+    "tests/processes/test_retention.py",
+    "tests/processes/test_pgbouncer.py",
+    "tests/processes/test_beat.py",
+)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups to schedule
@@ -218,7 +230,7 @@ def pytest_collection_modifyitems(config, items):
         path = str(item.path).removeprefix(root)
         group = next((g for prefix, g in GROUPS_BY_PATH.items() if path.startswith(prefix)), None)
         if item.get_closest_marker("processes"):
-            group = "processes"
+            group = "processes-beside" if path.startswith(BESIDE_LANE) else "processes"
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
 

@@ -730,6 +730,10 @@ def result_name(args) -> str:
 
 def main() -> None:
     args = parse()
+    # A SIGTERM (`kill`, a timeout) unwinds like Ctrl-C: each run's instances and the private
+    # server are stopped on the way out. Left behind, dispatchers whose database was gone
+    # retried for good.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with private_postgres(args.private_postgres) as server:
         if args.sweep:
             from bench.practice.sweep import sweep

@@ -42,12 +42,12 @@ def _all_succeeded(sql, total: int, *, timeout: float) -> None:
 
 
 def test_slow_handlers_backlog_runs_every_job_once_without_reclaiming(cluster, sql):
-    """Jobs due at once that take the two slots ~25 s, ~6 claim lifetimes: the later
+    """Jobs due at once that take the two slots ~15 s, ~4 claim lifetimes: the later
     messages wait in the queue far longer than a claim lives."""
     cluster.dispatcher("d1")
     cluster.worker("w1", concurrency=2)
     _workers_ready(sql)
-    total = 160
+    total = 100
     slow = "tests.handlers.recording.record_slowly"
     insert_jobs(sql, count=total, start=1, spread=0.1, handler=slow)
     sql.execute("UPDATE tasksapp_job SET payload = '{\"seconds\": 0.3}'")
