@@ -28,46 +28,49 @@ os.environ.setdefault(
 # What migrations made and no test changes: kept, so the post_migrate signal after each
 # flush (its only receivers make content types and permissions) has nothing to make.
 KEPT_TABLES = {"django_content_type", "auth_permission"}
-# The beat entries the migrations install (planner, retention, alerts, ...), as migrated:
-# put back after each flush, so that a test reading them passes on a pytest worker that
-# ran a transactional test before it (xdist runs the groups below out of pytest-django's
-# order: transactional tests last).
-BEAT_MODELS = (
-    "IntervalSchedule",
-    "CrontabSchedule",
-    "SolarSchedule",
-    "ClockedSchedule",
-    "PeriodicTask",
-    "PeriodicTasks",
-)
-MIGRATED_BEAT: dict[str, str] = {}  # database alias: its beat rows, serialized
+# The rows the migrations make (beat entries, the routing mode, the roles, ...), as
+# migrated: put back after each flush, so that a test reading them passes on a pytest worker
+# that ran a transactional test before it (xdist runs the process tests' group out of
+# pytest-django's order, which puts transactional tests last). KEPT_TABLES stay anyway.
+MIGRATED_ROWS: dict[str, str] = {}  # database alias: its rows, serialized
 
 
-def _beat_rows(alias: str) -> list:
+def _migrated_rows(alias: str) -> list:
     from django.apps import apps
+    from django.contrib.auth.models import Permission
+    from django.contrib.contenttypes.models import ContentType
+    from django.core.serializers import sort_dependencies
+    from django.db import connections, router
 
-    models = [apps.get_model("django_celery_beat", name) for name in BEAT_MODELS]
-    return [row for model in models for row in model.objects.using(alias).order_by("pk")]
+    app_list = [(app, None) for app in apps.get_app_configs() if app.models_module is not None]
+    models = [
+        model
+        for model in sort_dependencies(app_list)
+        if model not in (ContentType, Permission)
+        and not model._meta.proxy
+        and model._meta.can_migrate(connections[alias])
+        and router.allow_migrate_model(alias, model)
+    ]
+    return [row for model in models for row in model._default_manager.using(alias).order_by("pk")]
 
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
-    """The test databases, migrated; their beat entries kept as MIGRATED_BEAT."""
+    """The test databases, migrated; what the migrations made kept as MIGRATED_ROWS."""
     from django.core import serializers
-    from django.db import router
-    from django_celery_beat.models import PeriodicTask
+    from django.db import connections
 
-    alias = router.db_for_write(PeriodicTask)
     with django_db_blocker.unblock():
-        MIGRATED_BEAT[alias] = serializers.serialize("json", _beat_rows(alias))
+        for alias in connections:
+            MIGRATED_ROWS[alias] = serializers.serialize("json", _migrated_rows(alias))
 
 
-def _migrated_beat_back(verbosity=0, interactive=False, database="default", **kwargs) -> None:
-    """In place of post_migrate after a flush: the migrations' beat entries back."""
+def _migrated_rows_back(verbosity=0, interactive=False, database="default", **kwargs) -> None:
+    """In place of post_migrate after a flush: what the migrations made, back."""
     from django.core import serializers
 
-    if database in MIGRATED_BEAT:
-        for row in serializers.deserialize("json", MIGRATED_BEAT[database], using=database):
+    if database in MIGRATED_ROWS:
+        for row in serializers.deserialize("json", MIGRATED_ROWS[database], using=database):
             row.save(using=database)
 
 
@@ -96,7 +99,7 @@ def _flush_by_delete():
         mock.patch.object(DatabaseOperations, "sql_flush", sql_flush),
         mock.patch(
             "django.core.management.commands.flush.emit_post_migrate_signal",
-            _migrated_beat_back,
+            _migrated_rows_back,
         ),
     ):
         yield
@@ -202,8 +205,8 @@ def effects(db) -> Effects:
 # processes go to one worker, one after another: each measures bounds in seconds and
 # must not share two cores with another such test. Those whose bounds are about what ran
 # (each job once, nothing lost), not how soon, and whose processes are no cluster's
-# (the embedded run, a host project, the graph and retention runs) are a second such
-# lane, beside the first: about a quarter of the process tests' time, taken off the
+# (the embedded run, a host project, the graph and retention runs: BESIDE) run on any
+# worker instead, beside them: about a quarter of the process tests' time, taken off the
 # suite's longest path. The multi-host tests are a group of their own, beside them: they
 # run on servers of their own, with bounds of several seconds. The browser tests are one
 # group too (their module's browser is started once). Every other test runs on any worker.
@@ -212,7 +215,7 @@ GROUPS_BY_PATH = {
     "tests/cluster/": "rig",
     "tests/e2e/": "browser",
 }
-BESIDE_LANE = (
+BESIDE = (
     "tests/host/",
     "tests/test_run_overload.py",
     "tests/test_run_smoke.py",
@@ -230,7 +233,7 @@ def pytest_collection_modifyitems(config, items):
         path = str(item.path).removeprefix(root)
         group = next((g for prefix, g in GROUPS_BY_PATH.items() if path.startswith(prefix)), None)
         if item.get_closest_marker("processes"):
-            group = "processes-beside" if path.startswith(BESIDE_LANE) else "processes"
+            group = None if path.startswith(BESIDE) else "processes"
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
 

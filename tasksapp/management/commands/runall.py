@@ -155,8 +155,8 @@ class Command(BaseCommand):
     def _watch(
         self, children: dict[str, subprocess.Popen], *, port: int, login: str, demo: bool
     ) -> str | None:
-        """Wait for a signal (returns None) or a child's exit (returns its name); load the
-        demo once the engine is up, then print how to log in."""
+        """Wait for a signal (returns None) or a child's exit (returns its name); print how
+        to log in once the web answers, and load the demo once the engine is up."""
         announced, started, since = False, time.monotonic(), timezone.now()
         while self.signum is None:
             for name, child in children.items():
@@ -168,7 +168,7 @@ class Command(BaseCommand):
                 call_command("load_demo")
                 call_command("load_graph_demo", latency_scale=DEMO_GRAPH_LATENCY_SCALE)
                 connections.close_all()
-            if not announced and not demo and waited > ANNOUNCE_AFTER_SECONDS and port_open(port):
+            if not announced and waited > ANNOUNCE_AFTER_SECONDS and port_open(port):
                 announced = True
                 self.stdout.write(self.style.SUCCESS(f"\nTempo runs at http://127.0.0.1:{port}/"))
                 self.stdout.write(f"  admin login: {login}\n{THREADS_NOTE}\n  stop with Ctrl-C\n")
