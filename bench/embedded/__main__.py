@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 
 from bench.common import ROOT, summary, write_json
+from tests.processes.support import free_port
 
 FINISHED = "('succeeded', 'dead', 'cancelled')"
 # The demo's own handlers (tasksapp.demo.handlers); every other job is a graph task's.
@@ -30,26 +30,17 @@ LAGS = f"""SELECT {PLAIN}, (julianday(started_at) - julianday(run_at)) * 8640000
 FROM tasksapp_job WHERE state IN {FINISHED} AND started_at IS NOT NULL"""
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def one_run(seconds: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="tempo-embedded-") as folder:
+        # As ./bin/run sets it up (bin/_embedded), in a data folder of the bench's own.
         env = {
             key: value
             for key, value in os.environ.items()
             if key not in ("DATABASE_URL", "CELERY_BROKER_URL")
         }
-        env |= {
-            "TEMPO_EMBEDDED": "1",
-            "TEMPO_DATA_DIR": folder,
-            "DATABASE_URL": f"sqlite:///{folder}/tempo.sqlite3",
-            "CELERY_BROKER_URL": "filesystem://",
-        }
-        command = [sys.executable, "manage.py", "runall", "--port", str(free_port())]
+        env["TEMPO_DATA_DIR"] = folder
+        embedded = str(ROOT / "bin" / "_embedded")
+        command = [embedded, sys.executable, "manage.py", "runall", "--port", str(free_port())]
         with (Path(folder) / "runall.log").open("wb") as log:
             run = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
         try:
