@@ -238,6 +238,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group))
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rate_limits():
+    """Each test's workers read the queues' rate limits anew (they keep them 2 s)."""
+    from tasksapp.engine.worker.start_rate import start_rates
+
+    start_rates.forget()
+
+
 @pytest.fixture
 def private_redis():
     """A Redis server of the test's own, on its own port: it may be stopped, restarted

@@ -27,6 +27,7 @@ default (`-P prefork -c 8`) unless `--pool threads` (`-c 16`, as in earlier runs
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import sys
@@ -40,6 +41,7 @@ import redis
 
 from bench.common import BROKER_URL, BenchDatabase, bench_cluster, summary, write_json
 from bench.cpu import cpu_by_part, cpu_spent
+from tasksapp.engine.ratelimit import gcra_burst
 
 SPAN = "bench.routing.handlers.span"
 INSERT = """
@@ -262,6 +264,8 @@ def rate_phase(args, conn, client, key: str, cluster) -> dict:
     first = starts[0]
     in_window = sum(1 for t in starts if t < first + args.rate_seconds)
     per_s = [sum(1 for t in starts if first + s <= t < first + s + 1) for s in range(60)]
+    # Any one second, not only those counted from the first start: what the limit bounds.
+    busiest = max(bisect.bisect_left(starts, t + 1.0) - i for i, t in enumerate(starts))
     # The limiter's own figure: claims (the database's claimed_at), apart from how fast
     # the workers start what was claimed.
     claimed = [
@@ -281,6 +285,8 @@ def rate_phase(args, conn, client, key: str, cluster) -> dict:
         "measured_per_s": round(in_window / args.rate_seconds, 1),
         "off_by_pct": round(100 * (in_window / (args.rate * args.rate_seconds) - 1), 2),
         "busiest_second": max(per_s),
+        "busiest_window_of_1_s": busiest,
+        "bound_per_window": args.rate + gcra_burst(args.rate) - 1,
         "quietest_second": min(per_s),
         "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         # CPU ms per job by part, over the whole phase (its jobs, its idle last seconds).

@@ -16,7 +16,7 @@ from typing import Any
 
 from tasksapp.engine.db import tempo_atomic
 from tasksapp.engine.models import JobState
-from tasksapp.engine.ratelimit import gcra_allowance, gcra_batch, gcra_next_start_ms
+from tasksapp.engine.ratelimit import gcra_allowance, gcra_batch, gcra_burst, gcra_next_start_ms
 from tasksapp.engine.store import job_store
 from tasksapp.engine.store.rows import (
     Claim,
@@ -181,6 +181,18 @@ def job_expire_dead_workers(*, grace: float) -> list[str]:
 
 
 # --- worker side -----------------------------------------------------------------------
+
+
+def queue_rate_limits() -> dict[str, tuple[int, float]]:
+    """Each rate-limited queue's (starts, period in s)."""
+    return job_store().rate_limits()
+
+
+def queue_take_start(*, queue: str, limit: int, period: float) -> float:
+    """Reserve the next start of a rate-limited queue at its rate, counted at the start
+    as its claims are at the claim (GCRA, the same bucket of a quarter of the limit);
+    the seconds to wait for it (0: at once)."""
+    return job_store().take_start(queue=queue, interval=period / limit, burst=gcra_burst(limit))
 
 
 def job_start(

@@ -7,6 +7,7 @@ import datetime as dt
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from django.forms.models import model_to_dict
 from django.utils import timezone
 
 from tasksapp.engine import services
-from tasksapp.engine.models import Job, JobState
+from tasksapp.engine.models import Job, JobQueue, JobState
 from tasksapp.engine.store import PostgresJobStore, SqliteJobStore, job_store
 from tasksapp.engine.store.base import FREE_LOST_RUNS
 from tasksapp.engine.store.postgres import rows_of
@@ -114,6 +115,30 @@ def test_a_start_returns_the_run_time_to_the_microsecond(store, run_at):
     claim = claimed(store, job)
     (started,) = store.start(claims=[(job.id, claim.token)], worker="w", ttl=5, lead=1.0)
     assert started.run_at == run_at and started.run_at.utcoffset() == dt.timedelta(0)
+
+
+def test_a_start_names_the_jobs_queue(store):
+    job = JobFactory(queue="partner-api")
+    claim = claimed(store, job)
+    (started,) = store.start(claims=[(job.id, claim.token)], worker="w", ttl=5, lead=1.0)
+    assert started.queue == "partner-api"
+
+
+def test_a_queues_starts_are_reserved_at_its_rate_a_burst_at_once(store):
+    # 10 starts a second, a burst of 3: three at once, then one every 100 ms.
+    waits = [store.take_start(queue="api", interval=0.1, burst=3) for _ in range(5)]
+    assert waits[:3] == [0.0, 0.0, 0.0]
+    assert waits[3] == pytest.approx(0.1, abs=0.03) and waits[4] == pytest.approx(0.2, abs=0.03)
+    assert store.take_start(queue="other", interval=0.1, burst=3) == 0.0  # queues apart
+    time.sleep(waits[4] + 0.35)  # the reserved starts, then the bucket full again
+    assert [store.take_start(queue="api", interval=0.1, burst=3) for _ in range(3)] == [0.0] * 3
+    assert store.take_start(queue="api", interval=0.1, burst=3) > 0.05
+
+
+def test_the_rate_limited_queues_are_listed_with_their_limits(store):
+    JobQueue.objects.create(name="api", rate_limit=20, rate_period=2.0)
+    JobQueue.objects.create(name="mail", concurrency_limit=3)
+    assert store.rate_limits() == {"api": (20, 2.0)}
 
 
 def test_a_start_refuses_a_job_due_beyond_the_lead(store):

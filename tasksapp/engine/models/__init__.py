@@ -9,7 +9,7 @@ from .jobs import (
     JobState,
 )
 from .processes import Dispatcher, DispatcherCounter, WorkerProcess
-from .routing import JobQueue, RoutingMode
+from .routing import JobQueue, QueueStartRate, RoutingMode
 
 __all__ = [
     "DUE_STATES",
@@ -21,6 +21,7 @@ __all__ = [
     "DispatcherCounter",
     "Job",
     "JobQueue",
+    "QueueStartRate",
     "JobSearchText",
     "JobState",
     "RoutingMode",

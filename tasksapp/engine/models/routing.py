@@ -39,6 +39,20 @@ class JobQueue(models.Model):
         )
 
 
+class QueueStartRate(models.Model):
+    """A rate-limited queue's starts (GCRA, as `JobQueue.rate_tat` counts its claims):
+    the theoretical arrival time of its next start, moved on by each handler of the queue
+    before it begins. Claims are paced by the rate; this keeps the starts to it too when
+    their messages reach the workers bunched (a worker that fell behind). A row of its own,
+    not a column of the queue's, so that starts never contend with the claim's lock."""
+
+    queue = models.CharField(max_length=64, primary_key=True)
+    tat = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.queue
+
+
 class RoutingMode(models.Model):
     """The one row (id 1) of the cluster's routing mode: degraded or not, as an operator
     switched it; dispatchers add the automatic conditions (docs/ROUTING.md)."""

@@ -71,6 +71,16 @@ class JobStore(Protocol):
         """Store the queue's rate limit state (its row locked)."""
         ...
 
+    def take_start(self, *, queue: str, interval: float, burst: int) -> float:
+        """Reserve the next start of a rate-limited queue (GCRA: one start every
+        `interval` s, at most `burst` at once), atomically however many workers start at
+        once; the seconds to wait for it (0: at once)."""
+        ...
+
+    def rate_limits(self) -> dict[str, tuple[int, float]]:
+        """Each rate-limited queue's (limit, period in s)."""
+        ...
+
     def reap_expired(
         self,
         *,

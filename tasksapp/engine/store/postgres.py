@@ -166,6 +166,17 @@ class PostgresJobStore(InsertsBySource, OperatorTransitions):
         with _cursor() as cursor:
             cursor.execute(sql.SET_RATE_TAT, {"queue": queue, "tat_ms": tat_ms})
 
+    def take_start(self, *, queue: str, interval: float, burst: int) -> float:
+        params = {"queue": queue, "interval": interval, "slack": (burst - 1) * interval}
+        with _cursor() as cursor:
+            cursor.execute(sql.TAKE_START, params)
+            return max(0.0, cursor.fetchone()[0])
+
+    def rate_limits(self) -> dict[str, tuple[int, float]]:
+        with _cursor() as cursor:
+            cursor.execute(sql.RATE_LIMITS)
+            return {name: (limit, period) for name, limit, period in cursor.fetchall()}
+
     def reap_expired(
         self,
         *,
@@ -354,7 +365,7 @@ _READ_MS = list(sql.STARTED_COLUMNS).index("read_ms")
 def _started(row: tuple, clock: DatabaseTime) -> StartedJob:
     """A start's row (sql.STARTED_COLUMNS, then START_DEFERRING's `start_written`)."""
     (job_id, token, handler, payload, attempt, max_attempts, delivery, retry_policy, key,
-     run_at_us, time_limit, cancel_requested, _, *start_written) = row  # fmt: skip
+     run_at_us, time_limit, cancel_requested, queue, _, *start_written) = row  # fmt: skip
     return StartedJob(
         job_id,
         token,
@@ -370,6 +381,7 @@ def _started(row: tuple, clock: DatabaseTime) -> StartedJob:
         clock,
         cancel_requested,
         *start_written,
+        queue=queue,
     )
 
 

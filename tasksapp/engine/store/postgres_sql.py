@@ -207,6 +207,25 @@ UPDATE {QUEUE_TABLE} SET rate_tat = to_timestamp(%(tat_ms)s::float8 / 1000)
 WHERE name = %(queue)s
 """
 
+# A start of a rate-limited queue, counted as its claim was (GCRA, in seconds), as a
+# reservation: each start takes the next conforming moment, the theoretical arrival time
+# less `slack` (a burst less one interval), and moves the time on by one interval. The
+# answer is how long to wait for that moment (<= 0: at once); no start asks twice, and
+# starts that wait are let through in the order they asked. The upsert waits for a
+# concurrent start's row lock and reads the row it left.
+START_RATE_TABLE = "tasksapp_queuestartrate"
+TAKE_START = f"""
+INSERT INTO {START_RATE_TABLE} AS s (queue, tat)
+VALUES (%(queue)s, clock_timestamp() + make_interval(secs => %(interval)s))
+ON CONFLICT (queue) DO UPDATE
+SET tat = greatest(s.tat, clock_timestamp()) + make_interval(secs => %(interval)s)
+RETURNING extract(epoch FROM tat - clock_timestamp())::float8 - %(interval)s - %(slack)s
+"""
+
+RATE_LIMITS = f"""
+SELECT name, rate_limit, rate_period FROM {QUEUE_TABLE} WHERE rate_limit IS NOT NULL
+"""
+
 # What a start returns, by StartedJob field, in the order its rows are read
 # (postgres._started): the prepared cursor gives plain tuples. `run_at` comes as whole
 # microseconds since the epoch, exact and cheaper to read than a timestamptz's text.
@@ -225,6 +244,7 @@ STARTED_COLUMNS = {
     "run_at": "(extract(epoch FROM j.run_at) * 1000000)::bigint",
     "time_limit": "j.time_limit",
     "cancel_requested": "j.cancel_requested_at IS NOT NULL",
+    "queue": "j.queue",
     "read_ms": CLOCK_MS,
 }
 STARTED_OUTPUT = ",\n          ".join(

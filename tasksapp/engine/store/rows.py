@@ -124,6 +124,7 @@ class StartedJob:
     # False: an at-least-once job whose start is deferred (it is still `claimed`): the
     # worker writes it if the job is still running tuning.DEFERRED_START_SECONDS later.
     start_written: bool = True
+    queue: str = "default"
 
     def with_clock(self, clock: DatabaseTime) -> StartedJob:
         """This job with a tighter bound of the database clock. A copy of its fields, not

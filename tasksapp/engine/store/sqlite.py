@@ -15,7 +15,7 @@ from django.db.models.functions import Greatest, Mod
 from django.utils import timezone
 
 from tasksapp.engine.db import tempo_atomic
-from tasksapp.engine.models import Delivery, Job, JobQueue, JobState
+from tasksapp.engine.models import Delivery, Job, JobQueue, JobState, QueueStartRate
 from tasksapp.engine.models.jobs import DUE_STATES, LEASED_STATES
 
 from .base import (
@@ -101,6 +101,7 @@ def _started(job: Job, clock: DatabaseTime) -> StartedJob:
         time_limit=job.time_limit,
         clock=clock,
         cancel_requested=job.cancel_requested_at is not None,
+        queue=job.queue,
     )
 
 
@@ -195,6 +196,21 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
 
     def set_rate_tat(self, queue: str, tat_ms: float) -> None:
         JobQueue.objects.filter(name=queue).update(rate_tat=from_ms(tat_ms))
+
+    def take_start(self, *, queue: str, interval: float, burst: int) -> float:
+        # One writer at a time: the transaction is the row's lock.
+        with tempo_atomic():
+            now = timezone.now()
+            row = QueueStartRate.objects.filter(queue=queue).first()
+            tat = now if row is None else max(row.tat, now)
+            QueueStartRate.objects.update_or_create(
+                queue=queue, defaults={"tat": tat + _secs(interval)}
+            )
+        return max(0.0, (tat - now).total_seconds() - (burst - 1) * interval)
+
+    def rate_limits(self) -> dict[str, tuple[int, float]]:
+        limited = JobQueue.objects.filter(rate_limit__isnull=False)
+        return {q.name: (q.rate_limit, q.rate_period) for q in limited}
 
     def expire_dead_workers(self, *, grace: float) -> list[str]:
         return []  # no session locks: a dead worker's jobs wait out their leases

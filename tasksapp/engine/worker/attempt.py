@@ -30,6 +30,7 @@ from tasksapp.engine.worker.outcomes import (
     TimeLimitExceeded,
     settle,
 )
+from tasksapp.engine.worker.start_rate import start_rates
 
 
 def nothing() -> None:
@@ -37,11 +38,13 @@ def nothing() -> None:
 
 
 def begin(job: StartedJob) -> float:
-    """Wait until the job's run time by the database clock; return that clock's time now
-    (ms, a lower bound): when the handler began."""
+    """Wait until the job's run time by the database clock, and, in a rate-limited queue,
+    for a start its rate allows; return that clock's time now (ms, a lower bound): when
+    the handler began."""
     delay = job.begins_at - time.monotonic()
     if delay > 0:
         time.sleep(delay)
+    start_rates.wait_for_start(job.queue)
     return job.clock.at_least_ms()
 
 

@@ -33,6 +33,7 @@ from tasksapp.engine.worker.outcomes import (
     record_failure,
     settle,
 )
+from tasksapp.engine.worker.start_rate import start_rates
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +58,12 @@ class _GroupRefused(Exception):
 
 def shares_transaction(job: StartedJob) -> bool:
     """Whether the job runs in a transaction shared with its batch's next jobs: a
-    transactional job on PostgreSQL whose handler does not ask for its own."""
+    transactional job on PostgreSQL whose handler does not ask for its own, and whose
+    queue has no rate limit (a start taken inside the group's transaction would hold the
+    queue's start rate locked until the group commits)."""
     if job.delivery != Delivery.TRANSACTIONAL or not _on_postgres():
         return False
-    return not owns_transaction(job.handler)
+    return not owns_transaction(job.handler) and start_rates.limit_of(job.queue) is None
 
 
 @functools.cache
