@@ -205,10 +205,12 @@ def effects(db) -> Effects:
 # processes go to one worker, one after another: each measures bounds in seconds and
 # must not share two cores with another such test. Those whose bounds are about what ran
 # (each job once, nothing lost), not how soon, and whose processes are no cluster's
-# (the embedded run, a host project, the graph and retention runs: BESIDE) run on any
-# worker instead, beside them: about a quarter of the process tests' time, taken off the
-# suite's longest path. The multi-host tests are a group of their own, beside them: they
-# run on servers of their own, with bounds of several seconds. The browser tests are one
+# (the embedded run, a host project, the graph and retention runs; a frozen peer, a
+# silent network, a rolling re-partition, a restarted database: BESIDE, each waited for
+# in seconds to tens of seconds) run on any worker instead, beside them: about 40 % of
+# the process tests' time, taken off the suite's longest path. The multi-host tests are
+# a group of their own, beside them: they run on servers of their own, with bounds of
+# several seconds. The browser tests are one
 # group too (their module's browser is started once). Every other test runs on any worker.
 GROUPS_BY_PATH = {
     "tests/processes/": "processes",
@@ -223,6 +225,10 @@ BESIDE = (
     "tests/processes/test_retention.py",
     "tests/processes/test_pgbouncer.py",
     "tests/processes/test_beat.py",
+    "tests/processes/test_stalls.py",
+    "tests/processes/test_silent_network.py",
+    "tests/processes/test_repartition.py",
+    "tests/processes/test_outages.py::test_postgres_restarted_mid_run_loses_and_doubles_nothing",
 )
 
 
@@ -233,7 +239,7 @@ def pytest_collection_modifyitems(config, items):
         path = str(item.path).removeprefix(root)
         group = next((g for prefix, g in GROUPS_BY_PATH.items() if path.startswith(prefix)), None)
         if item.get_closest_marker("processes"):
-            group = None if path.startswith(BESIDE) else "processes"
+            group = None if item.nodeid.startswith(BESIDE) else "processes"
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
 
