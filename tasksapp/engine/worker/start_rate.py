@@ -17,12 +17,16 @@ A rate limit set a moment ago holds at the claim at once, at the start by then.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+
+from django.db import DatabaseError
 
 from tasksapp.engine.transitions import queue_rate_limits, queue_take_start
 
 REFRESH_SECONDS = 2.0
+log = logging.getLogger(__name__)
 
 
 class StartRates:
@@ -34,10 +38,15 @@ class StartRates:
         self._lock = threading.Lock()
 
     def limit_of(self, queue: str) -> tuple[int, float] | None:
-        """The queue's (starts, period in s), or None: no rate limit."""
+        """The queue's (starts, period in s), or None: no rate limit. While the database
+        cannot be read, the limits last read hold (a job of a queue without one is not
+        failed for want of them)."""
         with self._lock:
             if time.monotonic() - self._read_at >= REFRESH_SECONDS:
-                self._limits = queue_rate_limits()
+                try:
+                    self._limits = queue_rate_limits()
+                except DatabaseError as exc:
+                    log.warning("the queues' rate limits could not be read: %s", exc)
                 self._read_at = time.monotonic()
             return self._limits.get(queue)
 

@@ -4,7 +4,7 @@ together (a worker that fell behind) do not make their handlers begin together."
 import threading
 
 import pytest
-from django.db import connection, connections
+from django.db import OperationalError, connection, connections
 
 from tasksapp.engine.models import Job, JobQueue, JobState
 from tasksapp.engine.transitions import job_claim_due, queue_take_start
@@ -72,3 +72,21 @@ def test_workers_reserving_starts_at_once_each_get_a_moment_of_their_own():
     # 2 starts a minute: a burst of one, then one every 30 s; eight sessions ask at once.
     answers = side_by_side(8, lambda: queue_take_start(queue="api", limit=2, period=60.0))
     assert sorted(answers) == [pytest.approx(30.0 * n, abs=0.5) for n in range(8)]
+
+
+def test_the_limits_last_read_hold_while_the_database_cannot_be_read(monkeypatch):
+    from tasksapp.engine.worker import start_rate
+
+    answers = iter([{"api": (10, 1.0)}])
+
+    def read_limits():
+        answer = next(answers, None)
+        if answer is None:
+            raise OperationalError("the database is restarting")
+        return answer
+
+    monkeypatch.setattr(start_rate, "queue_rate_limits", read_limits)
+    rates = start_rate.StartRates()
+    assert rates.limit_of("api") == (10, 1.0)
+    rates.forget()  # the next look reads again, and fails
+    assert rates.limit_of("api") == (10, 1.0) and rates.limit_of("bulk") is None
