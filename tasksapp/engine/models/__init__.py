@@ -21,9 +21,9 @@ __all__ = [
     "DispatcherCounter",
     "Job",
     "JobQueue",
-    "QueueStartRate",
     "JobSearchText",
     "JobState",
+    "QueueStartRate",
     "RoutingMode",
     "WorkerProcess",
 ]

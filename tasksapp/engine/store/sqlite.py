@@ -203,9 +203,7 @@ class SqliteJobStore(InsertsBySource, OperatorTransitions):
             now = timezone.now()
             row = QueueStartRate.objects.filter(queue=queue).first()
             tat = now if row is None else max(row.tat, now)
-            QueueStartRate.objects.update_or_create(
-                queue=queue, defaults={"tat": tat + _secs(interval)}
-            )
+            QueueStartRate(queue=queue, tat=tat + _secs(interval)).save()  # update, or insert
         return max(0.0, (tat - now).total_seconds() - (burst - 1) * interval)
 
     def rate_limits(self) -> dict[str, tuple[int, float]]:
