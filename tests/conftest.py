@@ -54,6 +54,17 @@ def _migrated_rows(alias: str) -> list:
     return [row for model in models for row in model._default_manager.using(alias).order_by("pk")]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fast_password_hashing():
+    """Django's PBKDF2 takes half a second a password here, and hundreds of tests make a
+    user with one: the tests hash with MD5 (Django's advice for test runs), which checks
+    passwords the same way. The processes the tests start keep the real hasher."""
+    from django.test import override_settings
+
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
     """The test databases, migrated; what the migrations made kept as MIGRATED_ROWS."""
