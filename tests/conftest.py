@@ -212,17 +212,17 @@ def effects(db) -> Effects:
     return Effects()
 
 
-# Run with xdist (`-n 2 --dist loadgroup`, as bin/test does), the tests that start real
+# Run with xdist (`-n 3 --dist loadgroup`, as bin/test does), the tests that start real
 # processes go to one worker, one after another: each measures bounds in seconds and
 # must not share two cores with another such test. Those whose bounds are about what ran
 # (each job once, nothing lost), not how soon, and whose processes are no cluster's
 # (the embedded run, a host project, the graph and retention runs; a frozen peer, a
 # silent network, a rolling re-partition, a restarted database: BESIDE, each waited for
 # in seconds to tens of seconds) run on any worker instead, beside them: about 40 % of
-# the process tests' time, taken off the suite's longest path. The multi-host tests are
-# a group of their own, beside them: they run on servers of their own, with bounds of
-# several seconds. The browser tests are one
-# group too (their module's browser is started once). Every other test runs on any worker.
+# the process tests' time, taken off the suite's longest path. The multi-host tests,
+# process tests too, are a group of their own beside them: they run on servers of their
+# own, with bounds of tens of seconds. The browser tests are one group too (their
+# module's browser is started once). Every other test runs on any worker.
 GROUPS_BY_PATH = {
     "tests/processes/": "processes",
     "tests/cluster/": "rig",
@@ -249,7 +249,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         path = str(item.path).removeprefix(root)
         group = next((g for prefix, g in GROUPS_BY_PATH.items() if path.startswith(prefix)), None)
-        if item.get_closest_marker("processes"):
+        if item.get_closest_marker("processes") and group != "rig":
             group = None if item.nodeid.startswith(BESIDE) else "processes"
         if group:
             item.add_marker(pytest.mark.xdist_group(group))

@@ -80,11 +80,14 @@ def states(conn: psycopg.Connection, ids: list[int]) -> dict[str, int]:
 
 
 def wait_for_state(conn, ids: list[int], state: str, *, timeout: float) -> None:
-    wait_for(
-        lambda: states(conn, ids) == {state: len(ids)},
-        timeout=timeout,
-        message=f"all {len(ids)} {state}",
-    )
+    try:
+        wait_for(
+            lambda: states(conn, ids) == {state: len(ids)},
+            timeout=timeout,
+            message=f"all {len(ids)} {state}",
+        )
+    except AssertionError as exc:  # say where the jobs were instead
+        raise AssertionError(f"{exc}; their states: {states(conn, ids)}") from None
 
 
 def jobs(conn: psycopg.Connection, ids: list[int]) -> dict[int, dict]:
