@@ -34,10 +34,11 @@ STOP_TIMEOUT_SECONDS = 30
 ANNOUNCE_AFTER_SECONDS = 5.0  # print the URL below the start-up banners of the children
 # The demo is loaded once a dispatcher and a worker have beaten, or after this long anyway.
 DEMO_WAITS_AT_MOST_SECONDS = 120.0
-# The demo graph tasks' simulated calls sleep 1-5 s times this: 50-250 ms. A graph task is
+# The demo graph tasks' simulated calls sleep 1-5 s times this: 10-50 ms. A graph task is
 # transactional, and on SQLite a transactional job holds the only write lock while its
-# handler runs: at 0.3 the graph demo held up every other demo job for seconds.
-DEMO_GRAPH_LATENCY_SCALE = 0.05
+# handler runs: at 0.3 the graph demo held up every other demo job for seconds, at 0.05
+# for up to a second.
+DEMO_GRAPH_LATENCY_SCALE = 0.01
 ERR_PORT_IN_USE = "port {port} is already in use: stop what runs there or pass --port"
 ERR_CHILD_EXITED = "{name} exited unexpectedly (code {code}); the other processes were stopped"
 PASSWORD_FILE = "admin-password"  # in settings.DATA_DIR, mode 0600
