@@ -249,7 +249,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         path = str(item.path).removeprefix(root)
         group = next((g for prefix, g in GROUPS_BY_PATH.items() if path.startswith(prefix)), None)
-        if item.get_closest_marker("processes") and group != "rig":
+        if item.get_closest_marker("processes") and group in (None, "processes"):
             group = None if item.nodeid.startswith(BESIDE) else "processes"
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
